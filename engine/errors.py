@@ -1,0 +1,63 @@
+"""A small exception taxonomy; every message names where and what was expected.
+
+- ``GoldilocksError``: the root.
+- ``SpecViolation``: another party broke a Reactive Streams rule (``rule`` holds ``"RS §x.y"``).
+- ``InputError``: bad input from a user or a file; ``TimeFormatError`` and ``BadRecordError``
+  are its kinds. A ``BadRecordError`` carries ``path``, ``line`` and ``field``.
+- ``ClosedError``: an operation on something that was closed on purpose (as opposed to broken).
+- ``RejectedError``: an executor refused work (shut down).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GoldilocksError",
+    "SpecViolation",
+    "InputError",
+    "TimeFormatError",
+    "BadRecordError",
+    "ClosedError",
+    "RejectedError",
+]
+
+
+class GoldilocksError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class SpecViolation(GoldilocksError):
+    """A party broke a rule of the Reactive Streams specification."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"{rule}: {message}")
+        self.rule = rule
+
+
+class InputError(GoldilocksError, ValueError):
+    """Bad input: the message says where (input, file and line, field) and what was expected."""
+
+
+class TimeFormatError(InputError):
+    """A value that is not an instant or a duration of an accepted form."""
+
+
+class BadRecordError(InputError):
+    """A malformed record in an event log, located by file and line."""
+
+    def __init__(self, path: str, line: int, message: str, *, field: str | None = None) -> None:
+        where = f"{path}:{line}"
+        if field:
+            where += f": field {field!r}"
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+        self.field = field
+        self.reason = message
+
+
+class ClosedError(GoldilocksError):
+    """The target was closed deliberately; nothing is broken."""
+
+
+class RejectedError(GoldilocksError, RuntimeError):
+    """An executor refused to run a task (for example, it was shut down)."""

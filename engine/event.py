@@ -1,0 +1,167 @@
+"""Temporal events: points, intervals and CTIs.
+
+An ``Event`` is a small ``__slots__`` record. Times are ``int`` nanoseconds since the epoch,
+UTC (``engine.times``); the public constructors convert at the edge, the plain constructor
+``Event(kind, start, end, payload, source)`` trusts its arguments and is what hot paths use.
+
+Shapes (StreamInsight), as lifetimes ``[start, end)``:
+
+- point: ``end == start + 1`` (one tick, one nanosecond);
+- interval: ``end > start``;
+- CTI (Current Time Increment): ``end is None``; a promise that no later event from the same
+  stream starts before ``start``.
+
+>>> Event.point(5, payload="x", source="A")
+Event.point(5, payload='x', source='A')
+>>> Event.interval("1970-01-01T00:00:00Z", "1970-01-01T00:00:01Z").end
+1000000000
+>>> Event.cti(8).is_cti
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import InputError
+from engine.times import MAX_TIME, to_ns
+
+__all__ = ["Event", "LateRecord", "POINT", "INTERVAL", "CTI", "KINDS", "DROPPED", "ADJUSTED"]
+
+POINT = "point"
+INTERVAL = "interval"
+CTI = "cti"
+KINDS = (POINT, INTERVAL, CTI)
+
+
+class Event:
+    """One temporal event. Treat instances as immutable: operators share them."""
+
+    __slots__ = ("kind", "start", "end", "payload", "source")
+
+    kind: str
+    start: int
+    end: int | None
+    payload: Any
+    source: str | None
+
+    def __init__(self, kind: str, start: int, end: int | None, payload: Any = None,
+                 source: str | None = None) -> None:
+        self.kind = kind
+        self.start = start
+        self.end = end
+        self.payload = payload
+        self.source = source
+
+    # -- constructors that validate and convert at the edge -------------------------------
+    @classmethod
+    def point(cls, t: object, payload: Any = None, source: str | None = None) -> Event:
+        """A point event at ``t`` (lifetime one tick)."""
+        start = to_ns(t, what="point event time")
+        return cls(POINT, start, start + 1, payload, source)
+
+    @classmethod
+    def interval(cls, start: object, end: object, payload: Any = None,
+                 source: str | None = None) -> Event:
+        """An interval event ``[start, end)``; ``end`` must be after ``start``."""
+        s = to_ns(start, what="interval start")
+        e = to_ns(end, what="interval end")
+        if e <= s:
+            raise InputError(
+                f"interval event: end {end!r} ({e} ns) is not after start {start!r} ({s} ns); "
+                "expected end > start"
+            )
+        return cls(INTERVAL, s, e, payload, source)
+
+    @classmethod
+    def cti(cls, t: object, source: str | None = None) -> Event:
+        """A CTI at ``t``: no later event of this stream starts before ``t``."""
+        return cls(CTI, to_ns(t, what="CTI time"), None, None, source)
+
+    @classmethod
+    def cti_infinity(cls, source: str | None = None) -> Event:
+        """The advance-to-infinity CTI that closes a stream's time."""
+        return cls(CTI, MAX_TIME, None, None, source)
+
+    # -- derived views --------------------------------------------------------------------
+    @property
+    def is_cti(self) -> bool:
+        return self.kind is CTI or self.kind == CTI
+
+    def with_start(self, start: int) -> Event:
+        """A copy whose lifetime starts at ``start`` (used by the ``adjust`` late policy)."""
+        return Event(self.kind, start, self.end, self.payload, self.source)
+
+    def with_source(self, source: str | None) -> Event:
+        return Event(self.kind, self.start, self.end, self.payload, source)
+
+    # -- value semantics ------------------------------------------------------------------
+    def _key(self) -> tuple:
+        return (self.kind, self.start, self.end, self.payload, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Event:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        try:
+            return hash(self._key())
+        except TypeError:  # an unhashable payload: hash by time and kind only
+            return hash((self.kind, self.start, self.end, self.source))
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.payload is not None:
+            extra += f", payload={self.payload!r}"
+        if self.source is not None:
+            extra += f", source={self.source!r}"
+        if self.kind == CTI:
+            return f"Event.cti({self.start}{extra})"
+        if self.kind == POINT:
+            return f"Event.point({self.start}{extra})"
+        return f"Event.interval({self.start}, {self.end}{extra})"
+
+    def __reduce__(self):  # picklable for executors and Spark
+        return (Event, self._key())
+
+
+DROPPED = "dropped"
+ADJUSTED = "adjusted"
+
+
+class LateRecord:
+    """The trace a late event leaves on the late side output (TS §3.3): nothing vanishes.
+
+    ``input``: the input (device) name; ``event``: the event as it arrived; ``cti``: the CTI it
+    violated (its start was before it); ``action``: ``"dropped"`` or ``"adjusted"``;
+    ``adjusted``: the clipped event that was emitted instead, for ``"adjusted"``.
+    """
+
+    __slots__ = ("input", "event", "cti", "action", "adjusted")
+
+    def __init__(self, input: str | None, event: Event, cti: int, action: str,
+                 adjusted: Event | None = None) -> None:
+        self.input = input
+        self.event = event
+        self.cti = cti
+        self.action = action
+        self.adjusted = adjusted
+
+    def _key(self) -> tuple:
+        return (self.input, self.event, self.cti, self.action, self.adjusted)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not LateRecord:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash((self.input, self.cti, self.action, self.event.start))
+
+    def __repr__(self) -> str:
+        return (f"LateRecord(input={self.input!r}, event={self.event!r}, cti={self.cti}, "
+                f"action={self.action!r}" + (f", adjusted={self.adjusted!r})" if self.adjusted else ")"))
+
+    def __reduce__(self):
+        return (LateRecord, self._key())
