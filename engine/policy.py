@@ -22,7 +22,24 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.event import Event, LateRecord
 
-__all__ = ["Policy", "Outputs", "resolve_policy", "policy_names"]
+__all__ = [
+    "Policy",
+    "Outputs",
+    "resolve_policy",
+    "policy_names",
+    "EMIT",
+    "EMIT_ADJUSTED",
+    "DROP_LATE",
+    "CTI_EMIT",
+    "CTI_SUPPRESS",
+]
+
+# Per-row decisions of the columnar path (``policy.run_columns``), as int8 codes.
+EMIT = 0           # an insert emitted unchanged
+EMIT_ADJUSTED = 1  # a late interval emitted with its start clipped to the CTI in force (TS §3.2)
+DROP_LATE = 2      # a late insert dropped (TS §3.1)
+CTI_EMIT = 3       # a CTI that advanced time: emitted at its delayed value (TS §2.1, §2.2)
+CTI_SUPPRESS = 4   # a CTI that did not advance time: not emitted
 
 Outputs = tuple  # tuple[Event | LateRecord, ...]
 
@@ -44,6 +61,11 @@ class Policy(Protocol):
     def join(self, state: Any, source: str) -> tuple[Any, Outputs]: ...
 
     def leave(self, state: Any, source: str) -> tuple[Any, Outputs]: ...
+
+    # Optional: ``run_columns(is_cti, start, end) -> (action, cti) | None`` runs the policy over
+    # whole numpy columns in arrival order. ``action`` is int8 per row (the codes above);
+    # ``cti`` is int64 per row, the CTI in force after that row (``MIN_TIME`` before the
+    # first). ``None`` means "this policy has no columnar form" (it depends on the source).
 
 
 def policy_names() -> list[str]:
