@@ -1,0 +1,273 @@
+"""CTI policies as pure scan steps: ``goldilocks``, ``max_policy``, ``min_policy``.
+
+A policy turns the arrivals of many inputs (``event.source`` names the input) into one stream
+with one monotone clock. It is a pure step over a small frozen state (DESIGN §1, §5)::
+
+    state = policy.initial()
+    state, outputs = policy.step(state, event)    # outputs: Event (emit) | LateRecord (late)
+    state, outputs = policy.join(state, "A")      # an input joined the merge
+    state, outputs = policy.leave(state, "A")     # an input left the merge
+
+Marble timeline of the seed's example (``goldilocks("5m")``, times in minutes, ``|t`` a CTI)::
+
+    A:    5 ----- |5 ------- 7 -- |8 ---------
+    B:    -- 0 ------ |0 ----------------- 1
+    out:  5  0    |0         7    |3        (1 is late: LateRecord, cti=3, dropped)
+
+Time per ``step``: O(1) for ``goldilocks``/``max_policy`` (an on-time insert costs two
+comparisons and returns the state it was given); O(k) for a CTI, join or leave under
+``min_policy`` with ``k`` live inputs, O(1) for its inserts. Memory: O(1) state for
+``goldilocks``/``max_policy``, O(k) for ``min_policy``.
+
+>>> p = goldilocks("5m")
+>>> s = p.initial()
+>>> s, out = p.step(s, Event.cti(8 * 60 * 10**9, source="A"))
+>>> out
+(Event.cti(180000000000),)
+>>> s, out = p.step(s, Event.point(60 * 10**9, source="B"))
+>>> out[0].action, out[0].cti
+('dropped', 180000000000)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.errors import InputError
+from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
+from engine.times import MIN_TIME, to_duration_ns
+from operators.columnar import goldilocks_columns
+
+__all__ = [
+    "goldilocks",
+    "max_policy",
+    "min_policy",
+    "GoldilocksPolicy",
+    "MinPolicy",
+    "HighState",
+    "MinState",
+    "ON_LATE",
+]
+
+#: The accepted values of ``on_late``: drop late inserts (TS §3.1) or clip them (TS §3.2).
+ON_LATE = ("drop", "adjust")
+
+_NONE: tuple = ()  # the shared empty output
+
+
+def _check_on_late(who: str, on_late: object) -> str:
+    if on_late not in ON_LATE:
+        raise InputError(
+            f"{who}: on_late={on_late!r} is not a late policy; expected 'drop' or 'adjust'"
+        )
+    return on_late  # type: ignore[return-value]
+
+
+def _late(event: Event, high: int, adjust: bool) -> tuple:
+    """Outputs for an insert that starts before the CTI in force ``high`` (TS §2.4)."""
+    if adjust and event.end > high:  # TS §3.2: still overlaps; a point [s, s+1) with s < high never does
+        clipped = Event(event.kind, high, event.end, event.payload, event.source)
+        return clipped, LateRecord(event.source, event, high, ADJUSTED, clipped)  # TS §3.3
+    return (LateRecord(event.source, event, high, DROPPED),)  # TS §3.1, §3.3
+
+
+# -- goldilocks / max --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class HighState:
+    """State of ``goldilocks``/``max_policy``: ``high``, the last emitted CTI (``None`` before)."""
+
+    high: int | None = None
+
+
+_INITIAL_HIGH = HighState()
+
+
+class GoldilocksPolicy:
+    """The delayed-CTI policy (seed ``002``, "Round 2"; DESIGN §5). Build it with ``goldilocks``.
+
+    A CTI at ``t`` from any input becomes ``d = max(t - delay, MIN_TIME)`` (TS §2.2) and is
+    emitted only if it exceeds every CTI emitted so far (TS §2.1). An insert starting before
+    the last emitted CTI is late (TS §2.4) and handled by ``on_late``. Inputs joining and
+    leaving change nothing. A CTI at ``MAX_TIME`` is delayed like any other: one input closing
+    its time does not close everyone's.
+    """
+
+    __slots__ = ("name", "delay", "on_late", "_adjust")
+
+    name: str
+    delay: int
+    on_late: str
+
+    def __init__(self, name: str, delay: int, on_late: str) -> None:
+        self.name = name
+        self.delay = delay
+        self.on_late = on_late
+        self._adjust = on_late == "adjust"
+
+    def __repr__(self) -> str:
+        return f"{self.name}(delay={self.delay}, on_late={self.on_late!r})"
+
+    def initial(self) -> HighState:
+        return _INITIAL_HIGH
+
+    def step(self, state: HighState, event: Event) -> tuple[HighState, tuple]:
+        """One arrival. O(1); an on-time insert returns ``state`` itself and ``(event,)``."""
+        high = state.high
+        if event.kind != CTI:
+            if high is None or event.start >= high:  # TS §2.4: exactly at the CTI is on time
+                return state, (event,)
+            return state, _late(event, high, self._adjust)
+        d = event.start - self.delay
+        if d < MIN_TIME:
+            d = MIN_TIME  # TS §2.2
+        if high is None or d > high:  # TS §2.1: only a CTI that advances time is emitted
+            return HighState(d), (Event(CTI, d, None, None, None),)
+        return state, _NONE
+
+    def join(self, state: HighState, source: str) -> tuple[HighState, tuple]:
+        return state, _NONE
+
+    def leave(self, state: HighState, source: str) -> tuple[HighState, tuple]:
+        return state, _NONE
+
+    def run_columns(self, is_cti: Any, start: Any, end: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The same policy over whole columns in arrival order (``operators.columnar``)."""
+        return goldilocks_columns(is_cti, start, end, self.delay, self.on_late)
+
+
+def goldilocks(delay: object, on_late: str = "drop") -> GoldilocksPolicy:
+    """The Goldilocks policy: CTIs delayed by ``delay``, late inserts dropped or adjusted.
+
+    ``delay``: int ns, ``timedelta``, ``"5m"``, ``"PT5M"``…; must be >= 0.
+    ``on_late``: ``"drop"`` (TS §3.1) or ``"adjust"`` (TS §3.2).
+    """
+    ns = to_duration_ns(delay, what="goldilocks: delay")
+    return GoldilocksPolicy("goldilocks", ns, _check_on_late("goldilocks", on_late))
+
+
+def max_policy(on_late: str = "drop", *, delay: object = 0) -> GoldilocksPolicy:
+    """The loose policy: every CTI that advances time passes undelayed (goldilocks, delay 0).
+
+    ``delay`` is accepted only as 0, so that ``resolve_policy("max", delay=0)`` works.
+    """
+    if to_duration_ns(delay, what="max policy: delay") != 0:
+        raise InputError(
+            f"max policy: delay={delay!r}; expected 0 (the max policy has no delay; "
+            "use goldilocks(delay) for a delayed CTI)"
+        )
+    return GoldilocksPolicy("max", 0, _check_on_late("max policy", on_late))
+
+
+# -- min ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class MinState:
+    """State of ``min_policy``.
+
+    ``high``: the last emitted CTI (``MIN_TIME`` before the first: a CTI at ``MIN_TIME``
+    promises nothing, so none is emitted). ``ctis``: ``(input, latest CTI)`` per live input in
+    join order, ``MIN_TIME`` for an input without a CTI yet. ``live``: the same names, for O(1)
+    membership.
+    """
+
+    high: int = MIN_TIME
+    ctis: tuple[tuple[Any, int], ...] = ()
+    live: frozenset = frozenset()
+
+
+_INITIAL_MIN = MinState()
+
+
+class MinPolicy:
+    """The conservative policy: the output CTI is the minimum over live inputs' latest CTIs.
+
+    An input is live from ``join`` or from its first event of any kind until ``leave``; until
+    its first CTI it counts as ``MIN_TIME`` and holds time back. An input's latest CTI is the
+    largest it has sent (a smaller CTI does not retract an earlier promise). A CTI is emitted
+    whenever the minimum rises above the last emitted one (TS §2.1); ``leave`` may release one.
+    With no live input there is no minimum and nothing is emitted. An input that leaves and
+    comes back starts afresh, at ``MIN_TIME``.
+    """
+
+    __slots__ = ("name", "delay", "on_late", "_adjust")
+
+    name: str
+    delay: int
+    on_late: str
+
+    def __init__(self, on_late: str) -> None:
+        self.name = "min"
+        self.delay = 0
+        self.on_late = on_late
+        self._adjust = on_late == "adjust"
+
+    def __repr__(self) -> str:
+        return f"min(on_late={self.on_late!r})"
+
+    def initial(self) -> MinState:
+        return _INITIAL_MIN
+
+    def step(self, state: MinState, event: Event) -> tuple[MinState, tuple]:
+        """One arrival: O(1) for an insert from a live input, O(k) otherwise."""
+        source = event.source
+        if event.kind != CTI:
+            if source not in state.live:
+                state = MinState(state.high, state.ctis + ((source, MIN_TIME),),
+                                 state.live | {source})
+            high = state.high
+            if event.start >= high:  # TS §2.4
+                return state, (event,)
+            return state, _late(event, high, self._adjust)
+        t = event.start
+        if source not in state.live:
+            ctis = state.ctis + ((source, t),)
+            return self._advance(state.high, ctis, state.live | {source})
+        changed = False
+        ctis = []
+        for name, latest in state.ctis:
+            if name == source and t > latest:
+                latest = t
+                changed = True
+            ctis.append((name, latest))
+        if not changed:
+            return state, _NONE
+        return self._advance(state.high, tuple(ctis), state.live)
+
+    def join(self, state: MinState, source: str) -> tuple[MinState, tuple]:
+        """``source`` joins at ``MIN_TIME``: it holds time back until its first CTI."""
+        if source in state.live:
+            return state, _NONE
+        return MinState(state.high, state.ctis + ((source, MIN_TIME),),
+                        state.live | {source}), _NONE
+
+    def leave(self, state: MinState, source: str) -> tuple[MinState, tuple]:
+        """``source`` leaves; the minimum over the rest may rise and release a CTI."""
+        if source not in state.live:
+            return state, _NONE
+        ctis = tuple(pair for pair in state.ctis if pair[0] != source)
+        return self._advance(state.high, ctis, state.live - {source})
+
+    @staticmethod
+    def _advance(high: int, ctis: tuple, live: frozenset) -> tuple[MinState, tuple]:
+        if ctis:
+            low = min(latest for _, latest in ctis)
+            if low > high:  # TS §2.1
+                return MinState(low, ctis, live), (Event(CTI, low, None, None, None),)
+        return MinState(high, ctis, live), _NONE
+
+    def run_columns(self, is_cti: Any, start: Any, end: Any) -> None:
+        """``None``: the minimum depends on which input sent each row, so no columnar form."""
+        return None
+
+
+def min_policy(on_late: str = "drop", *, delay: object = 0) -> MinPolicy:
+    """The conservative policy (DESIGN §5). ``delay`` is accepted only as 0."""
+    if to_duration_ns(delay, what="min policy: delay") != 0:
+        raise InputError(
+            f"min policy: delay={delay!r}; expected 0 (the min policy has no delay)"
+        )
+    return MinPolicy(_check_on_late("min policy", on_late))
