@@ -1,0 +1,155 @@
+"""A bounded reorder buffer: inserts held until a CTI covers them, then released in time order.
+
+The logic behind the ``reorder`` operator. ``push`` buffers inserts; a CTI at ``t`` releases
+every buffered insert with ``start < t`` in ``(start, arrival)`` order, followed by the CTI —
+so the output is sorted by start between CTIs and no released insert starts before a CTI
+released earlier (TS §2.3). An insert that arrives starting before the last CTI is late
+(TS §2.4): it is not buffered but handed back for the caller to record (TS §3.3). Marble
+timeline (``|t`` a CTI)::
+
+    in:   7  3  5 |6  9  2 |10
+    out:          3  5 |6      7  9 |10      (2 is late: before CTI 6)
+
+Memory: at most ``capacity`` events — the inserts not yet covered by a CTI, i.e. O(events
+within the delay) for a stream whose CTIs trail its events by a delay. ``push`` is
+O(log b) for b buffered events; ``release`` is O(r + log b) for r released.
+
+Backpressure: ``push`` returns ``False`` when ``capacity`` events are already held (buffered
+plus late ones not yet handed back); the event is then *not* taken and the caller keeps it,
+stops requesting upstream, and retries after the next ``release`` (or ``take_late``) frees
+room. A CTI is never refused.
+
+>>> buf = ReorderBuffer(capacity=8)
+>>> [buf.push(Event.point(t)) for t in (7, 3, 5)]
+[True, True, True]
+>>> buf.release(6)
+([Event.point(3), Event.point(5), Event.cti(6)], [])
+>>> buf.push(Event.point(2)), buf.release(10)
+(True, ([Event.point(7), Event.cti(10)], [Event.point(2)]))
+"""
+
+from __future__ import annotations
+
+from itertools import count
+
+from sortedcontainers import SortedKeyList
+
+from engine.errors import InputError
+from engine.event import CTI, Event
+
+__all__ = ["ReorderBuffer"]
+
+
+def _key(item: tuple[int, int, Event]) -> tuple[int, int]:
+    return item[0], item[1]
+
+
+class ReorderBuffer:
+    """Holds inserts until a CTI releases them in ``(start, arrival)`` order.
+
+    ``capacity``: the most events held at once (int >= 1). One buffer serves one
+    subscription. Not thread-safe: the caller serialises ``push`` and ``release``.
+    """
+
+    __slots__ = ("capacity", "_items", "_seq", "_late", "_last_cti", "_peak", "_released",
+                 "_late_total")
+
+    def __init__(self, capacity: int) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise InputError(f"reorder buffer: capacity={capacity!r}; expected an int >= 1")
+        self.capacity = capacity
+        self._items: SortedKeyList = SortedKeyList(key=_key)
+        self._seq = count()
+        self._late: list[Event] = []
+        self._last_cti: int | None = None
+        self._peak = 0
+        self._released = 0
+        self._late_total = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def last_cti(self) -> int | None:
+        """The last CTI released (``None`` before the first)."""
+        return self._last_cti
+
+    def push(self, event: Event) -> bool:
+        """Take one insert; ``False`` (and nothing taken) when the buffer is full.
+
+        An insert starting before the last released CTI is late (TS §2.4): it is held apart
+        and returned by the next ``release`` or ``take_late``; it counts against ``capacity``.
+        """
+        if event.kind == CTI:
+            raise InputError(
+                f"reorder buffer: push got a CTI at {event.start}; expected an insert "
+                "(CTIs go to release(t))"
+            )
+        held = len(self._items) + len(self._late)
+        if held >= self.capacity:
+            return False  # full: the caller keeps the event and applies backpressure
+        last = self._last_cti
+        if last is not None and event.start < last:  # TS §2.4: late
+            self._late.append(event)
+            self._late_total += 1
+        else:
+            self._items.add((event.start, next(self._seq), event))
+        if held + 1 > self._peak:
+            self._peak = held + 1
+        return True
+
+    def release(self, t: int) -> tuple[list[Event], list[Event]]:
+        """A CTI at ``t`` arrived: return ``(out, late)``.
+
+        ``out``: every buffered insert with ``start < t``, in ``(start, arrival)`` order,
+        followed by ``Event.cti(t)`` — or ``[]`` if ``t`` does not advance past the last CTI
+        (TS §2.1: such a CTI is swallowed). ``late``: the late inserts pushed since the last
+        call, in arrival order, for the caller's late side output (TS §3.3).
+        """
+        late = self.take_late()
+        last = self._last_cti
+        if last is not None and t <= last:  # TS §2.1
+            return [], late
+        items = self._items
+        cut = items.bisect_key_left((t, -1))  # first buffered item with start >= t (TS §2.4)
+        out = [item[2] for item in items.islice(0, cut)]
+        del items[:cut]
+        self._released += len(out)
+        self._last_cti = t
+        out.append(Event(CTI, t, None, None, None))
+        return out, late
+
+    def take_late(self) -> list[Event]:
+        """The late inserts pushed since the last call, in arrival order; frees their room."""
+        late = self._late
+        if late:
+            self._late = []
+        else:
+            late = []
+        return late
+
+    def flush(self) -> tuple[list[Event], list[Event]]:
+        """At completion: every buffered insert in ``(start, arrival)`` order, and the late."""
+        out = [item[2] for item in self._items]
+        self._items.clear()
+        self._released += len(out)
+        return out, self.take_late()
+
+    def stats(self) -> dict:
+        """``buffered``, ``late_pending``, ``peak`` (most ever held), ``capacity``, and totals."""
+        return {"buffered": len(self._items), "late_pending": len(self._late),
+                "peak": self._peak, "capacity": self.capacity,
+                "released": self._released, "late": self._late_total,
+                "last_cti": self._last_cti}
+
+    def _check(self) -> None:
+        """Invariants: sorted by (start, arrival); bounded by ``capacity``; nothing buffered
+        starts before the last CTI; every held-apart late insert does."""
+        keys = [_key(item) for item in self._items]
+        assert keys == sorted(keys), keys
+        assert len(self._items) + len(self._late) <= self.capacity
+        assert self._peak <= self.capacity
+        last = self._last_cti
+        if last is not None:
+            assert all(k[0] >= last for k in keys), (last, keys[:3])
+            assert all(e.start < last for e in self._late)
