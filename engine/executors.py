@@ -1,0 +1,127 @@
+"""Where drain loops run: the calling thread, a ``concurrent.futures.Executor``, or an asyncio loop.
+
+All three are adapted to one tiny interface, ``execute(task)``: run ``task()`` (a callable with
+no arguments that never raises) soon, or raise ``RejectedError``. The asynchronous boundary is
+the user's choice, as the specification intends.
+
+``INLINE`` runs tasks on the calling thread through a per-thread trampoline: a task scheduled
+while another task runs on the same thread is queued and run after it, never nested. Together
+with each subscription's work-in-progress counter this bounds the recursion between
+``request`` and ``on_next`` to depth 1 (RS §3.3) across whole pipelines, not just one hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from engine.errors import RejectedError
+
+__all__ = ["Executor", "InlineExecutor", "PoolExecutor", "LoopExecutor", "INLINE", "as_executor"]
+
+_log = logging.getLogger("goldilocks.executors")
+
+Task = Callable[[], None]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    def execute(self, task: Task) -> None:
+        """Run ``task`` soon; raise ``RejectedError`` if that is impossible."""
+
+
+class InlineExecutor:
+    """Runs tasks on the calling thread, trampolined (see the module docstring)."""
+
+    __slots__ = ("_local",)
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def execute(self, task: Task) -> None:
+        local = self._local
+        queue = getattr(local, "queue", None)
+        if queue is not None:  # already inside a task on this thread: run it after, not nested
+            queue.append(task)
+            return
+        queue = local.queue = deque()
+        try:
+            task()
+            while queue:
+                queue.popleft()()
+        finally:
+            local.queue = None
+
+    def __repr__(self) -> str:
+        return "INLINE"
+
+
+INLINE = InlineExecutor()
+
+
+def _run_logged(task: Task) -> None:
+    try:
+        task()
+    except BaseException:  # tasks never raise; if one does, it is a bug here: say so loudly
+        _log.exception("internal error in a scheduled task")
+        raise
+
+
+class PoolExecutor:
+    """Adapts any ``concurrent.futures.Executor``; a shut-down pool raises ``RejectedError``."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: concurrent.futures.Executor) -> None:
+        self.pool = pool
+
+    def execute(self, task: Task) -> None:
+        try:
+            self.pool.submit(_run_logged, task)
+        except RuntimeError as err:  # "cannot schedule new futures after shutdown"
+            raise RejectedError(f"executor {self.pool!r} rejected a task: {err}") from err
+
+    def __repr__(self) -> str:
+        return f"PoolExecutor({self.pool!r})"
+
+
+class LoopExecutor:
+    """Adapts an asyncio event loop: tasks run on the loop's thread via ``call_soon_threadsafe``."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def execute(self, task: Task) -> None:
+        if self.loop.is_closed():
+            raise RejectedError(f"event loop {self.loop!r} is closed")
+        try:
+            self.loop.call_soon_threadsafe(_run_logged, task)
+        except RuntimeError as err:
+            raise RejectedError(f"event loop {self.loop!r} rejected a task: {err}") from err
+
+    def __repr__(self) -> str:
+        return f"LoopExecutor({self.loop!r})"
+
+
+def as_executor(executor: object) -> Executor:
+    """``None`` → ``INLINE``; a ``concurrent.futures.Executor`` or an asyncio loop → adapted;
+    anything with ``execute(task)`` → itself."""
+    if executor is None:
+        return INLINE
+    if isinstance(executor, concurrent.futures.Executor):
+        return PoolExecutor(executor)
+    if isinstance(executor, asyncio.AbstractEventLoop):
+        return LoopExecutor(executor)
+    if callable(getattr(executor, "execute", None)):
+        return executor  # type: ignore[return-value]
+    raise TypeError(
+        f"executor must be None, a concurrent.futures.Executor, an asyncio event loop or an "
+        f"object with execute(task); got {type(executor).__name__}"
+    )

@@ -1,0 +1,303 @@
+"""Ready-made subscribers: ``CallbackSubscriber``, ``collect`` (blocking) and ``iterate`` (async).
+
+All of them request in batches (``prefetch``) and replenish as they consume, so memory stays
+O(``prefetch``) whatever the publisher's speed (RS §2.1 recommends requesting what one can
+process). They check what the publisher does: more elements than requested (RS §1.1), signals
+after a terminal one (RS §1.7), a second ``on_subscribe`` (RS §2.5) — each is reported through
+the violation hook.
+
+>>> from engine.sources import from_iterable
+>>> seen = []
+>>> _ = from_iterable([1, 2, 3]).subscribe(CallbackSubscriber(seen.append))
+>>> seen
+[1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import logging
+
+from engine.contracts import Publisher, Subscription
+from engine.violations import report_violation
+
+_log = logging.getLogger("goldilocks.sinks")
+
+__all__ = ["CallbackSubscriber", "collect", "iterate", "DEFAULT_PREFETCH"]
+
+DEFAULT_PREFETCH = 64
+
+
+def _check_signal(value: object, method: str) -> None:
+    if value is None:
+        raise TypeError(f"RS §2.13: {method}() requires a value, got None")
+
+
+class CallbackSubscriber:
+    """A subscriber that calls ``on_next(item)`` for each element, then ``on_complete()`` or
+    ``on_error(exc)``; requests ``prefetch`` at first and tops up by half as it consumes.
+
+    A callback that raises cancels the subscription (RS §2.13: the subscriber signals failure by
+    cancelling) and the exception goes to ``on_error`` if given, else to the violation hook —
+    it is never thrown into the publisher. ``done`` is set on termination and ``error`` holds
+    the failure, if any. ``cancel()`` cancels the subscription from any thread.
+    """
+
+    __slots__ = ("_on_next", "_on_error", "_on_complete", "prefetch", "_limit", "_subscription",
+                 "_received", "_requested", "_consumed", "_terminated", "done", "error", "_lock")
+
+    def __init__(self, on_next: Callable[[Any], None],
+                 on_error: Callable[[BaseException], None] | None = None,
+                 on_complete: Callable[[], None] | None = None, *,
+                 prefetch: int = DEFAULT_PREFETCH) -> None:
+        if not callable(on_next):
+            raise TypeError("CallbackSubscriber: on_next must be callable")
+        if prefetch <= 0:
+            raise ValueError(f"CallbackSubscriber: prefetch must be > 0, got {prefetch}")
+        self._on_next = on_next
+        self._on_error = on_error
+        self._on_complete = on_complete
+        self.prefetch = prefetch
+        self._limit = max(1, prefetch - prefetch // 2)
+        self._subscription: Subscription | None = None
+        self._received = 0
+        self._requested = 0
+        self._consumed = 0
+        self._terminated = False
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        _check_signal(subscription, "on_subscribe")  # RS §2.13
+        with self._lock:
+            if self._subscription is not None or self._terminated:
+                duplicate = True
+            else:
+                duplicate = False
+                self._subscription = subscription
+        if duplicate:
+            subscription.cancel()  # RS §2.5: one active subscription at a time
+            report_violation("RS §2.5", f"{self!r} received a second on_subscribe; cancelled it",
+                             party=subscription)
+            return
+        self._requested = self.prefetch
+        subscription.request(self.prefetch)
+
+    def on_next(self, item: Any) -> None:
+        _check_signal(item, "on_next")  # RS §2.13
+        if self._terminated:
+            report_violation("RS §1.7", f"on_next({item!r}) after a terminal signal", party=self)
+            return
+        self._received += 1
+        if self._received > self._requested:
+            report_violation("RS §1.1", f"element {self._received} delivered but only "
+                             f"{self._requested} were requested", party=self._subscription)
+        try:
+            self._on_next(item)
+        except Exception as err:
+            self._fail_local(err)
+            return
+        self._consumed += 1
+        if self._consumed >= self._limit:  # replenish in batches, at the end (RS §2.1)
+            more = self._consumed
+            self._consumed = 0
+            self._requested += more
+            subscription = self._subscription
+            if subscription is not None:
+                subscription.request(more)
+
+    def on_error(self, error: BaseException) -> None:
+        _check_signal(error, "on_error")  # RS §2.13
+        if self._terminated:
+            report_violation("RS §1.7", f"on_error({error!r}) after a terminal signal", party=self)
+            return
+        self._terminate()
+        self.error = error
+        try:
+            if self._on_error is not None:
+                self._on_error(error)
+            else:
+                _log.error("stream failed and %r has no on_error", self, exc_info=error)
+        finally:
+            self.done.set()
+
+    def on_complete(self) -> None:
+        if self._terminated:
+            report_violation("RS §1.7", "on_complete after a terminal signal", party=self)
+            return
+        self._terminate()
+        try:
+            if self._on_complete is not None:
+                self._on_complete()
+        except Exception as err:
+            self.error = err
+            _log.error("%r: on_complete callback raised", self, exc_info=err)
+        finally:
+            self.done.set()
+
+    def cancel(self) -> None:
+        """Cancel the subscription (from any thread); idempotent."""
+        with self._lock:
+            subscription = self._subscription
+            self._terminated = True
+        if subscription is not None:
+            subscription.cancel()
+        self.done.set()
+
+    def _terminate(self) -> None:
+        self._terminated = True  # RS §2.4: the subscription is considered cancelled
+        self._subscription = None
+
+    def _fail_local(self, err: BaseException) -> None:
+        subscription = self._subscription
+        self._terminate()
+        if subscription is not None:
+            subscription.cancel()
+        self.error = err
+        try:
+            if self._on_error is not None:
+                self._on_error(err)
+            else:
+                _log.error("%r: on_next callback raised; subscription cancelled", self,
+                           exc_info=err)
+        finally:
+            self.done.set()
+
+    def __repr__(self) -> str:
+        name = getattr(self._on_next, "__qualname__", type(self._on_next).__name__)
+        return f"CallbackSubscriber({name})"
+
+
+def collect(publisher: Publisher, *, timeout: float | None = None,
+            prefetch: int = 1024) -> list[Any]:
+    """Subscribe, gather every element into a list, return it when the stream completes.
+
+    Raises the stream's error (chained) if it fails, ``TimeoutError`` (after cancelling) if it
+    has not finished within ``timeout`` seconds. With the inline executor the whole stream may
+    run inside this call. Do not call it on an event loop's thread for a publisher driven by
+    that loop: it blocks.
+    """
+    items: list[Any] = []
+    subscriber = CallbackSubscriber(items.append, on_error=lambda err: None, prefetch=prefetch)
+    publisher.subscribe(subscriber)
+    if not subscriber.done.wait(timeout):
+        subscriber.cancel()
+        raise TimeoutError(f"collect(): {publisher!r} did not finish within {timeout} s "
+                           f"({len(items)} elements so far)")
+    if subscriber.error is not None:
+        raise subscriber.error
+    return items
+
+
+class _AsyncIterator:
+    """The subscriber behind ``iterate``; bridges signals from any thread onto the loop."""
+
+    def __init__(self, publisher: Publisher, prefetch: int) -> None:
+        self._publisher = publisher
+        self._prefetch = prefetch
+        self._limit = max(1, prefetch - prefetch // 2)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: deque[Any] = deque()
+        self._ready: asyncio.Event | None = None
+        self._subscription: Subscription | None = None
+        self._finished = False
+        self._error: BaseException | None = None
+        self._consumed = 0
+        self._lock = threading.Lock()
+        self._started = False
+
+    # ---------------------------------------------------------------- subscriber side
+    def on_subscribe(self, subscription: Subscription) -> None:
+        _check_signal(subscription, "on_subscribe")
+        if self._subscription is not None:
+            subscription.cancel()  # RS §2.5
+            report_violation("RS §2.5", "iterate(): second on_subscribe; cancelled it",
+                             party=subscription)
+            return
+        self._subscription = subscription
+        subscription.request(self._prefetch)
+
+    def on_next(self, item: Any) -> None:
+        _check_signal(item, "on_next")
+        with self._lock:
+            if len(self._queue) >= self._prefetch:
+                report_violation("RS §1.1", f"iterate(): more than {self._prefetch} elements "
+                                 "outstanding", party=self._subscription)
+            self._queue.append(item)
+        self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        _check_signal(error, "on_error")
+        self._error = error
+        self._finished = True
+        self._wake()
+
+    def on_complete(self) -> None:
+        self._finished = True
+        self._wake()
+
+    def _wake(self) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._ready.set)  # type: ignore[union-attr]
+        except RuntimeError:
+            pass
+
+    # ---------------------------------------------------------------- async iterator side
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self._started:
+            self._started = True
+            self._loop = asyncio.get_running_loop()
+            self._ready = asyncio.Event()
+            self._publisher.subscribe(self)
+        while True:
+            with self._lock:
+                if self._queue:
+                    item = self._queue.popleft()
+                    break
+            if self._finished:
+                with self._lock:
+                    if self._queue:
+                        continue
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            self._ready.clear()  # type: ignore[union-attr]
+            with self._lock:
+                pending = bool(self._queue)
+            if not pending and not self._finished:
+                await self._ready.wait()  # type: ignore[union-attr]
+        self._consumed += 1
+        if self._consumed >= self._limit:
+            more, self._consumed = self._consumed, 0
+            if self._subscription is not None:
+                self._subscription.request(more)
+        return item
+
+    async def aclose(self) -> None:
+        """Stop early (``break`` out of ``async for`` and close): cancels the subscription."""
+        self._finished = True
+        if self._subscription is not None:
+            self._subscription.cancel()
+
+
+def iterate(publisher: Publisher, *, prefetch: int = DEFAULT_PREFETCH) -> _AsyncIterator:
+    """An async iterator over ``publisher``'s elements, for ``async for``.
+
+    Subscribes on first use; keeps at most ``prefetch`` elements requested ahead; re-raises the
+    stream's error; ``aclose()`` (or leaving ``async with contextlib.aclosing(...)``) cancels.
+    """
+    if prefetch <= 0:
+        raise ValueError(f"iterate(): prefetch must be > 0, got {prefetch}")
+    return _AsyncIterator(publisher, prefetch)
