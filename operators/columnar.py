@@ -37,19 +37,26 @@ from engine.times import MAX_TIME, MIN_TIME, to_duration_ns
 
 __all__ = ["goldilocks_columns", "delayed_cti_column"]
 
+# The kernel computes the action codes arithmetically; it relies on their values.
+if (EMIT, EMIT_ADJUSTED, DROP_LATE, CTI_EMIT, CTI_SUPPRESS) != (0, 1, 2, 3, 4):
+    raise ImportError("operators.columnar: engine.policy action codes changed; update the kernel")
+
 
 def delayed_cti_column(is_cti: np.ndarray, start: np.ndarray, delay: int) -> np.ndarray:
     """Per row: ``max(start - delay, MIN_TIME)`` for CTI rows, ``MIN_TIME`` for the others.
 
-    Overflow-free: a row is subtracted only when ``start >= MIN_TIME + delay`` (TS §2.2).
+    Overflow-free for any ``delay >= 0``, even one beyond int64: only rows with
+    ``start >= threshold = MIN_TIME + delay`` are computed, as
+    ``(start - threshold) + MIN_TIME``, whose every step stays within int64 (TS §2.2).
     """
     out = np.full(start.shape[0], MIN_TIME, dtype=np.int64)
-    if delay > MAX_TIME:  # every delayed CTI lies below MIN_TIME
+    threshold = MIN_TIME + delay
+    if threshold > MAX_TIME:  # every delayed CTI lies below MIN_TIME
         return out
-    threshold = MIN_TIME + delay  # fits in int64: MIN_TIME <= threshold <= -1
     mask = start >= threshold
     mask &= is_cti
-    np.subtract(start, np.int64(delay), out=out, where=mask)
+    np.subtract(start, np.int64(threshold), out=out, where=mask)  # in [0, MAX_TIME - threshold]
+    np.add(out, np.int64(MIN_TIME), out=out, where=mask)
     return out
 
 
@@ -79,9 +86,8 @@ def goldilocks_columns(is_cti: Any, start: Any, end: Any, delay: object,
             "goldilocks_columns: is_cti, start and end must be 1-d columns of one length; got "
             f"shapes {is_cti.shape}, {start.shape}, {end.shape}"
         )
-    action = np.empty(n, dtype=np.int8)
     if n == 0:
-        return action, np.empty(0, dtype=np.int64)
+        return np.empty(0, dtype=np.int8), np.empty(0, dtype=np.int64)
 
     delayed = delayed_cti_column(is_cti, start, delay_ns)  # TS §2.2
     cti = np.maximum.accumulate(delayed)  # the CTI in force after each row
@@ -89,25 +95,24 @@ def goldilocks_columns(is_cti: Any, start: Any, end: Any, delay: object,
     before[0] = MIN_TIME
     before[1:] = cti[:-1]
 
+    # Codes as arithmetic on int8 views of the masks (no per-row branches, no fancy
+    # indexing): insert rows are EMIT + late * DROP_LATE - clipped; CTI rows are
+    # CTI_SUPPRESS - advance.
     # Inserts: late iff start < CTI in force (TS §2.4). Before the first CTI ``before`` is
     # MIN_TIME, which no start is below, so "no CTI yet" needs no separate mask.
-    late = start < before
+    late = np.less(start, before)
     late &= ~is_cti
-    action.fill(EMIT)
+    action = late.view(np.int8) * np.int8(DROP_LATE)  # TS §3.1
     if on_late == "adjust":
-        clipped = end > before  # TS §3.2: still overlaps the CTI (never true of a point)
+        clipped = np.greater(end, before)  # TS §3.2: still overlaps (never true of a point)
         clipped &= late
-        action[late] = DROP_LATE
-        action[clipped] = EMIT_ADJUSTED
-    else:
-        action[late] = DROP_LATE  # TS §3.1
+        action -= clipped.view(np.int8)  # DROP_LATE - 1 == EMIT_ADJUSTED
 
     # CTIs: emitted iff strictly above the CTI in force (TS §2.1), and the first CTI always
     # (the step's ``high is None``), even when it is MIN_TIME.
-    advance = delayed > before
+    advance = np.greater(delayed, before)
     advance &= is_cti
-    action[is_cti] = CTI_SUPPRESS
-    action[advance] = CTI_EMIT
+    np.copyto(action, np.int8(CTI_SUPPRESS) - advance.view(np.int8), where=is_cti)
     first = int(is_cti.argmax())
     if is_cti[first]:
         action[first] = CTI_EMIT
