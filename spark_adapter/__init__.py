@@ -1,0 +1,62 @@
+"""Goldilocks in Spark: batch replay of recorded logs, a Structured Streaming stage, a source.
+
+The documented surface (``docs/spark.md``)::
+
+    read_event_log(spark, path, ...) -> DataFrame            # batch: the event-log schema
+    replay(df, *, delay, policy="goldilocks", on_late="drop", group_col=None) -> (events, late)
+    watermark_stage(stream_df, *, delay, on_late="drop", ...) -> DataFrame   # streaming
+    split_late(staged) -> (events, late)
+    register(spark)     # the streaming source, short name "goldilocks"
+    cti_to_watermark_ms(cti) / watermark_ms_to_cti(ms)        # the exact CTI <-> watermark map
+
+This is the only package that imports ``pyspark``, and it does so lazily: ``import
+spark_adapter`` works without pyspark installed; the first use of a name that needs Spark
+imports the module that defines it (PEP 562 ``__getattr__``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "EVENT_LOG_SCHEMA",
+    "ORDER_COLUMNS",
+    "read_event_log",
+    "replay",
+    "watermark_stage",
+    "split_late",
+    "register",
+    "GoldilocksDataSource",
+    "SOURCE_NAME",
+    "cti_to_watermark_ms",
+    "watermark_ms_to_cti",
+]
+
+# name -> module that defines it; only the module of a name actually used is imported.
+_HOME = {
+    "EVENT_LOG_SCHEMA": "spark_adapter.schema",
+    "ORDER_COLUMNS": "spark_adapter.schema",
+    "SOURCE_NAME": "spark_adapter.schema",
+    "cti_to_watermark_ms": "spark_adapter.schema",
+    "watermark_ms_to_cti": "spark_adapter.schema",
+    "read_event_log": "spark_adapter.batch",
+    "replay": "spark_adapter.batch",
+    "watermark_stage": "spark_adapter.streaming",
+    "split_late": "spark_adapter.streaming",
+    "register": "spark_adapter.source",
+    "GoldilocksDataSource": "spark_adapter.source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'spark_adapter' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

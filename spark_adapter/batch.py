@@ -1,0 +1,250 @@
+"""Batch replay of a recorded event log in Spark, with no single-partition step.
+
+Over a recorded log the Goldilocks state is one number: ``high``, the running maximum of the
+delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (DESIGN §5). Everything a
+row needs follows from ``prior``, the running maximum *before* the row (null before the first
+CTI): a CTI is emitted iff ``prior`` is null or ``d > prior`` (TS §2.1); an insert is late iff
+``prior`` is set and ``start < prior`` (TS §2.4), and is then dropped (TS §3.1) or, under
+``adjust``, emitted from ``prior`` when it is an interval that still overlaps (TS §3.2).
+
+A running maximum is a prefix scan over an associative operator, so it splits (the bucketed
+two-pass)::
+
+    bucket  = order_key div width                      # monotone in arrival order
+    pass 1  = max(d) per (group, bucket)               # one row per bucket
+    prefix  = max over earlier buckets of the group    # a window over the bucket rows only
+    pass 2  = greatest(prefix, max(d) over the earlier rows of the bucket)
+
+Pass 2 is a window partitioned by (group, bucket): every bucket is sorted and scanned by its
+own task, in parallel. The only step that sees all buckets of a group at once works on one
+row per bucket. ``strategy="global"`` is the textbook alternative kept for comparison: one
+window ordered by arrival, which Spark runs in a single partition.
+
+Time: two shuffles of the log plus one of the bucket rows; memory per task: one bucket.
+Everything is lazy; the log's plan is evaluated three times (bucket widths, bucket maxima,
+rows), so cache an expensive input first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from engine.errors import InputError
+from engine.policy import Policy, resolve_policy
+from engine.times import MAX_TIME, MIN_TIME
+from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
+
+__all__ = ["read_event_log", "replay", "resolve_spark_policy", "STRATEGIES", "LATE_COLUMNS"]
+
+#: ``replay(strategy=...)``: the scalable default and the single-window reference.
+STRATEGIES = ("bucketed", "global")
+#: Columns the late frame adds to the input's.
+LATE_COLUMNS = ("cti", "action", "adjusted_start")
+
+_PRIOR = "_gl_prior"
+_DELAYED = "_gl_d"
+_BUCKET = "_gl_bucket"
+_BEFORE_BUCKET = "_gl_before_bucket"
+_ROWS_PER_BUCKET = 250_000
+_MIN_BUCKETS = 8
+
+
+def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> Policy:
+    """The policy object for ``policy`` (a name or a built policy), checked for batch use.
+
+    Runs on the driver. Raises ``NotImplementedError`` for a policy whose state is not a
+    running maximum (``min``): it has no prefix-scan form.
+    """
+    if isinstance(policy, str):
+        options: dict[str, Any] = {"on_late": on_late}
+        if delay is not None or policy == "goldilocks":
+            options["delay"] = delay
+        built = resolve_policy(policy, **options)
+    else:
+        if delay is not None:
+            raise InputError(
+                f"replay: delay={delay!r} given with a built policy {policy!r}; the policy "
+                "carries its own delay, expected delay=None"
+            )
+        built = policy
+    if built.name == "min":
+        raise NotImplementedError(
+            "replay: the 'min' policy has no Spark batch form. Its CTI is the minimum over the "
+            "latest CTIs of the inputs live at each row (inputs join and leave), so a row's "
+            "CTI depends on every input's history, not on a running maximum: there is no "
+            "associative prefix scan to split over buckets. Replay it with engine.replay, or "
+            "stream it through spark_adapter.watermark_stage, which runs the policy's own step."
+        )
+    if built.name not in ("goldilocks", "max"):
+        raise NotImplementedError(
+            f"replay: policy {built.name!r} has no Spark batch form; only running-maximum "
+            "policies ('goldilocks', 'max') split into a bucketed prefix scan"
+        )
+    return built
+
+
+def _delayed(delay: int) -> Column:
+    """``max(start - delay, MIN_TIME)`` on CTI rows, null elsewhere; overflow-free (TS §2.2)."""
+    start = F.col("start")
+    is_cti = F.col("kind") == F.lit(KIND_CTI)
+    if delay > MAX_TIME:  # every delayed CTI lies below MIN_TIME
+        value = F.lit(MIN_TIME)
+    else:
+        value = F.when(start < F.lit(MIN_TIME + delay), F.lit(MIN_TIME)).otherwise(
+            start - F.lit(delay))
+    return F.when(is_cti, value)
+
+
+def _check_columns(df: DataFrame, needed: Sequence[str], who: str) -> None:
+    missing = [name for name in needed if name not in df.columns]
+    if missing:
+        raise InputError(
+            f"{who}: the DataFrame lacks column(s) {', '.join(missing)}; expected the event-log "
+            f"schema (spark_adapter.schema.EVENT_LOG_SCHEMA), got {', '.join(df.columns)}"
+        )
+
+
+def _bucketed_prior(df: DataFrame, groups: list[str], order: list[str],
+                    buckets: int | None) -> DataFrame:
+    """Add ``_PRIOR`` by the two-pass bucketed prefix maximum."""
+    key = F.col(order[0])
+    spark = df.sparkSession
+    if buckets is None:
+        shuffle = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+        target = F.greatest(F.lit(max(_MIN_BUCKETS, 2 * shuffle)),
+                            F.ceil(F.count(F.lit(1)) / F.lit(_ROWS_PER_BUCKET)))
+    else:
+        if buckets < 1:
+            raise InputError(f"replay: buckets={buckets!r}; expected a count >= 1")
+        target = F.lit(buckets)
+    # The key range split into ``target`` equal widths. Decimal arithmetic: the span of an
+    # int64 key can exceed int64. One row; joined to every row as a broadcast constant.
+    span = F.max(key).cast("decimal(20,0)") - F.min(key).cast("decimal(20,0)")
+    width = df.agg(
+        F.greatest(F.lit(1), F.floor(span / target) + F.lit(1)).cast("bigint").alias("_gl_w"))
+    # ``div`` rounds toward zero: still monotone in the key, and it cannot overflow.
+    rows = df.crossJoin(F.broadcast(width)).withColumn(
+        _BUCKET, F.expr(f"`{order[0]}` div _gl_w")).drop("_gl_w")
+
+    by = [F.col(g) for g in groups]
+    maxima = rows.groupBy(*by, F.col(_BUCKET)).agg(F.max(_DELAYED).alias("_gl_bmax"))
+    earlier_buckets = (Window.partitionBy(*(by or [F.lit(0)])).orderBy(_BUCKET)
+                       .rowsBetween(Window.unboundedPreceding, -1))
+    prefix = maxima.select(*by, F.col(_BUCKET),
+                           F.max("_gl_bmax").over(earlier_buckets).alias(_BEFORE_BUCKET))
+    join_on = [*groups, _BUCKET]
+    if not groups:
+        prefix = F.broadcast(prefix)
+    rows = rows.join(prefix, on=join_on, how="inner")
+
+    earlier_rows = (Window.partitionBy(*by, F.col(_BUCKET)).orderBy(*order)
+                    .rowsBetween(Window.unboundedPreceding, -1))
+    prior = F.greatest(F.col(_BEFORE_BUCKET), F.max(_DELAYED).over(earlier_rows))
+    return rows.withColumn(_PRIOR, prior).drop(_BUCKET, _BEFORE_BUCKET)
+
+
+def _global_prior(df: DataFrame, groups: list[str], order: list[str]) -> DataFrame:
+    """Add ``_PRIOR`` by one window over the whole log (per group): the reference strategy."""
+    window = Window.orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
+    if groups:
+        window = window.partitionBy(*groups)
+    return df.withColumn(_PRIOR, F.max(_DELAYED).over(window))
+
+
+def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldilocks",
+           on_late: str = "drop", group_col: str | Sequence[str] | None = None,
+           order_by: Sequence[str] | None = None, buckets: int | None = None,
+           strategy: str = "bucketed") -> tuple[DataFrame, DataFrame]:
+    """Replay an event-log DataFrame under a time policy; return ``(events, late)``.
+
+    Runs on the driver and only builds plans; Spark evaluates them lazily on the executors.
+    Nothing is pickled (plain Spark SQL: no Python runs on the executors).
+
+    ``df``: the event-log schema (``read_event_log``) or any frame with ``kind``, ``start``,
+    ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``).
+    ``policy``: ``"goldilocks"`` (default), ``"max"`` (delay 0), or a built policy object;
+    ``"min"`` raises ``NotImplementedError`` (no prefix-scan form; see the message).
+    ``on_late``: ``"drop"`` or ``"adjust"``. ``group_col``: one or more columns, each value an
+    independent clock (a fleet, a site) replayed in parallel. ``order_by``: the arrival order,
+    by default ``ORDER_COLUMNS`` when present, else ``seq``; its first column must be an
+    integer (it is bucketed); rows must be unique under it within a group. ``buckets``: how
+    many key-range buckets (default: enough for the shuffle partitions and ~250k rows each).
+
+    ``events`` holds what the engine emits, each row with every input column plus ``cti``, the
+    CTI in force after it (null before the first CTI): on-time inserts unchanged, adjusted
+    inserts with ``start`` clipped, and each emitted CTI as ``kind="cti"`` with its delayed
+    time in ``start`` and no ``source``, ``end`` or ``payload``. ``join``/``leave`` rows and
+    CTIs that do not advance time are not emitted. ``late`` holds every late insert as it
+    arrived, plus ``cti`` (the CTI it violated), ``action`` (``"dropped"``/``"adjusted"``) and
+    ``adjusted_start`` (for ``"adjusted"``). Neither frame is sorted: order by ``order_by``.
+    """
+    built = resolve_spark_policy(policy, delay, on_late)
+    if strategy not in STRATEGIES:
+        raise InputError(f"replay: strategy={strategy!r}; expected one of {STRATEGIES}")
+    groups = [group_col] if isinstance(group_col, str) else list(group_col or ())
+    if order_by is None:
+        order = list(ORDER_COLUMNS) if ORDER_COLUMNS[0] in df.columns else ["seq"]
+    else:
+        order = list(order_by)
+    _check_columns(df, ["kind", "start", "end", *order, *groups], "replay")
+    first = df.schema[order[0]].dataType.typeName()
+    if first not in ("long", "integer", "short", "byte"):
+        raise InputError(
+            f"replay: order column {order[0]!r} has type {first}; expected an integer "
+            "(the arrival order is bucketed by ranges of it)"
+        )
+    internal = [c for c in df.columns if c.startswith("_gl_")]
+    if internal:
+        raise InputError(f"replay: column name(s) {internal} use the reserved prefix '_gl_'")
+
+    rows = df.withColumn(_DELAYED, _delayed(built.delay))
+    if strategy == "bucketed":
+        rows = _bucketed_prior(rows, groups, order, buckets)
+    else:
+        rows = _global_prior(rows, groups, order)
+    return _split(rows, df.columns, built.on_late == "adjust")
+
+
+def _split(rows: DataFrame, columns: list[str], adjust: bool) -> tuple[DataFrame, DataFrame]:
+    prior = F.col(_PRIOR)
+    d = F.col(_DELAYED)
+    kind = F.col("kind")
+    is_cti = kind == F.lit(KIND_CTI)
+    is_insert = kind == F.lit(KIND_INSERT)
+    late = is_insert & prior.isNotNull() & (F.col("start") < prior)  # TS §2.4
+    if adjust:  # TS §3.2: an interval that still overlaps; a point (no end) never does
+        clipped = late & F.col("end").isNotNull() & (F.col("end") > prior)
+    else:
+        clipped = F.lit(False)
+    emitted_cti = is_cti & (prior.isNull() | (d > prior))  # TS §2.1
+    keep = (is_insert & ~late) | clipped | emitted_cti
+
+    replaced = {
+        "source": F.when(is_cti, F.lit(None).cast("string")).otherwise(F.col("source")),
+        "start": F.when(is_cti, d).when(clipped, prior).otherwise(F.col("start")),
+        "end": F.when(is_cti, F.lit(None).cast("bigint")).otherwise(F.col("end")),
+        "payload": F.when(is_cti, F.lit(None).cast("string")).otherwise(F.col("payload")),
+    }
+    event_cols = [replaced[c].alias(c) if c in replaced else F.col(c) for c in columns]
+    cti_after = F.when(is_cti, F.greatest(prior, d)).otherwise(prior)
+    events = rows.where(keep).select(*event_cols, cti_after.alias("cti"))
+
+    action = F.when(clipped, F.lit("adjusted")).otherwise(F.lit("dropped"))
+    late_rows = rows.where(late).select(
+        *[F.col(c) for c in columns], prior.alias("cti"), action.alias("action"),
+        F.when(clipped, prior).alias("adjusted_start"))
+    return events, late_rows
+
+
+def read_event_log(spark: SparkSession, path: str | Sequence[str], **options: Any) -> DataFrame:
+    """Read event-log files into a DataFrame with ``EVENT_LOG_SCHEMA``.
+
+    Runs on the driver (listing files); the files are parsed on the executors, one task per
+    file, by the engine's own reader. See ``spark_adapter.source`` for the options.
+    """
+    from spark_adapter.source import read_event_log as _read
+
+    return _read(spark, path, **options)

@@ -1,0 +1,63 @@
+"""Helpers shared by the Spark tests: logs as rows, engine outputs as comparable tuples."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import orjson
+
+from engine.event import CTI, POINT, Event, LateRecord
+
+__all__ = ["arrivals_to_rows", "event_key", "late_key", "events_from_rows", "late_from_rows",
+           "ROW_SCHEMA"]
+
+#: The event-log DataFrame schema with a group column in front (tests build frames directly).
+ROW_SCHEMA = ("g INT, seq BIGINT, source STRING, kind STRING, start BIGINT, `end` BIGINT, "
+              "payload STRING, arrival BIGINT, order_key BIGINT, file_index INT, line BIGINT")
+
+
+def _payload_text(payload: Any) -> str | None:
+    return None if payload is None else orjson.dumps(payload).decode()
+
+
+def arrivals_to_rows(arrivals: Sequence[Any], group: int = 0, *, seq0: int = 0) -> list[tuple]:
+    """Rows of ``ROW_SCHEMA`` for an arrival list (``Event`` or ``("join"|"leave", name)``)."""
+    rows = []
+    for i, item in enumerate(arrivals):
+        seq = seq0 + i
+        if isinstance(item, tuple):
+            verb, name = item
+            rows.append((group, seq, name, verb, None, None, None, None, seq, 0, i + 1))
+            continue
+        kind = "cti" if item.kind == CTI else "insert"
+        end = item.end if item.kind not in (CTI, POINT) else None
+        rows.append((group, seq, item.source, kind, item.start, end,
+                     _payload_text(item.payload), None, seq, 0, i + 1))
+    return rows
+
+
+def event_key(e: Event) -> tuple:
+    """An emitted event as ``(kind, start, end, source, payload text)``; CTIs have no source."""
+    if e.kind == CTI:
+        return ("cti", e.start, None, None, None)
+    end = None if e.kind == POINT else e.end
+    return ("insert", e.start, end, e.source, _payload_text(e.payload))
+
+
+def late_key(r: LateRecord) -> tuple:
+    """A late record as ``(start, end, source, cti, action, adjusted start)``."""
+    e = r.event
+    end = None if e.kind == POINT else e.end
+    adjusted = r.adjusted.start if r.adjusted is not None else None
+    return (e.start, end, e.source, r.cti, r.action, adjusted)
+
+
+def events_from_rows(rows: Iterable[Any]) -> list[tuple]:
+    """Spark event rows (already in arrival order) in ``event_key`` form."""
+    return [(r["kind"], r["start"], r["end"], r["source"], r["payload"]) for r in rows]
+
+
+def late_from_rows(rows: Iterable[Any]) -> list[tuple]:
+    """Spark late rows (already in arrival order) in ``late_key`` form."""
+    return [(r["start"], r["end"], r["source"], r["cti"], r["action"], r["adjusted_start"])
+            for r in rows]
