@@ -1,0 +1,402 @@
+"""Event logs: read, merge and write recorded streams (format: ``docs/event-log.md``).
+
+Reading streams in chunks of numpy columns (``engine.eventlog_read``); writing produces the
+canonical JSON Lines form: compact, keys in the order ``source, kind, start, end, payload``,
+times as int nanoseconds, so the same events always give the same bytes (TS §5.1).
+
+>>> from engine.event import Event
+>>> encode_event(Event.point(5, payload={"v": 1}, source="A"))
+b'{"source":"A","kind":"insert","start":5,"payload":{"v":1}}\\n'
+>>> encode_event(Event.cti(3))
+b'{"kind":"cti","start":3}\\n'
+
+``RollingFileSink`` is a Reactive Streams subscriber that writes what it receives as numbered
+parts, each made visible by an atomic rename, for another process (Spark) to consume.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import time
+from typing import Any, BinaryIO, Callable, Iterable, Mapping
+
+import orjson
+
+from engine.event import CTI as _CTI_KIND
+from engine.event import INTERVAL, Event, LateRecord
+from engine.eventlog_read import (
+    BAD_RECORD_MODES,
+    CTI,
+    INSERT,
+    JOIN,
+    KIND_NAMES,
+    LEAVE,
+    BadRecords,
+    Columns,
+    SourceTable,
+    log_format,
+    merge_columns,
+    read_columns,
+)
+from engine.times import to_ns
+
+__all__ = [
+    # reading
+    "BAD_RECORD_MODES",
+    "BadRecords",
+    "Columns",
+    "SourceTable",
+    "INSERT",
+    "CTI",
+    "JOIN",
+    "LEAVE",
+    "KIND_NAMES",
+    "log_format",
+    "read_columns",
+    "merge_columns",
+    "read_records",
+    # writing
+    "insert_prefix",
+    "insert_line",
+    "cti_line",
+    "late_line",
+    "encode_event",
+    "encode_late",
+    "EventLogWriter",
+    "write_log",
+    "RollingFileSink",
+]
+
+_dumps = orjson.dumps
+
+
+def read_records(paths: Iterable[str | os.PathLike], *, bad_records: str = "fail",
+                 quarantine: BinaryIO | None = None) -> Iterable[dict]:
+    """Merged records as plain dicts (``source, kind, start, end, payload, file, line``).
+
+    A convenience for tests and small tools: one dict per record, in replay order (TS §5.2);
+    memory is one chunk per file. Replay itself works on the columns.
+    """
+    table = SourceTable()
+    bad = BadRecords(bad_records, quarantine)
+    for chunk in merge_columns([os.fspath(p) for p in paths], table=table, bad=bad):
+        for k, s, st, en, he, pl, f, ln in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                               chunk.start.tolist(), chunk.end.tolist(),
+                                               chunk.has_end.tolist(), chunk.payload,
+                                               chunk.file.tolist(), chunk.line.tolist()):
+            rec: dict[str, Any] = {"source": table.name(s), "kind": KIND_NAMES[k]}
+            if k <= CTI:
+                rec["start"] = st
+                rec["end"] = en if he else None
+            rec["payload"] = pl
+            rec["file"] = f
+            rec["line"] = ln
+            yield rec
+
+
+# -- canonical encoding ----------------------------------------------------------------
+
+
+def insert_prefix(source: str | None) -> bytes:
+    """The bytes of a canonical insert line up to its start value."""
+    if source is None:
+        return b'{"kind":"insert","start":'
+    return b'{"source":' + _dumps(source) + b',"kind":"insert","start":'
+
+
+def insert_line(prefix: bytes, start: int, end: int | None, payload: Any) -> bytes:
+    """A canonical insert line; ``end`` is ``None`` for a point."""
+    if end is None:
+        if payload is None:
+            return b"%b%d}\n" % (prefix, start)
+        return b'%b%d,"payload":%b}\n' % (prefix, start, _dumps(payload))
+    if payload is None:
+        return b'%b%d,"end":%d}\n' % (prefix, start, end)
+    return b'%b%d,"end":%d,"payload":%b}\n' % (prefix, start, end, _dumps(payload))
+
+
+def cti_line(t: int) -> bytes:
+    """A canonical CTI line of the merged stream (no source)."""
+    return b'{"kind":"cti","start":%d}\n' % t
+
+
+def late_line(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
+    """A late-file line from the late event's canonical insert ``line``."""
+    if adjusted_start is None:
+        return b'%b,"cti":%d,"action":"%b"}\n' % (line[:-2], cti, action.encode())
+    return b'%b,"cti":%d,"action":"%b","adjusted_start":%d}\n' % (
+        line[:-2], cti, action.encode(), adjusted_start)
+
+
+def encode_event(event: Event) -> bytes:
+    """One canonical line for an event; a CTI keeps its source if it has one."""
+    if event.kind == _CTI_KIND:
+        if event.source is None:
+            return cti_line(event.start)
+        return b'{"source":%b,"kind":"cti","start":%d}\n' % (_dumps(event.source), event.start)
+    end = event.end if event.kind == INTERVAL else None
+    return insert_line(insert_prefix(event.source), event.start, end, event.payload)
+
+
+def encode_late(record: LateRecord) -> bytes:
+    """One late-file line for a ``LateRecord`` (an insert line plus cti, action, adjusted_start)."""
+    ev = record.event
+    end = ev.end if ev.kind == INTERVAL else None
+    line = insert_line(insert_prefix(record.input), ev.start, end, ev.payload)
+    adjusted = record.adjusted.start if record.adjusted is not None else None
+    return late_line(line, record.cti, record.action, adjusted)
+
+
+class EventLogWriter:
+    """Write events, CTIs, joins, leaves and late records as a canonical JSON Lines log.
+
+    ``target`` is a path or a binary file (not closed by ``close`` if passed in). With
+    ``seq=True`` each line starts with ``"seq":N`` (0, 1, …) so that several writers' files
+    can be merged in arrival order. Memory: O(1).
+    """
+
+    def __init__(self, target: str | os.PathLike | BinaryIO, *, seq: bool = False,
+                 first_seq: int = 0) -> None:
+        if target is None:
+            raise TypeError("EventLogWriter: target is None; expected a path or a binary file")
+        if isinstance(target, (str, os.PathLike)):
+            self._file: BinaryIO = open(target, "wb")
+            self._owned = True
+        else:
+            self._file = target
+            self._owned = False
+        self._seq = first_seq if seq else None
+        self.count = 0
+
+    def _put(self, line: bytes) -> None:
+        if self._seq is not None:
+            line = b'{"seq":%d,%b' % (self._seq, line[1:])
+            self._seq += 1
+        self._file.write(line)
+        self.count += 1
+
+    def write(self, item: Event | LateRecord) -> None:
+        """An ``Event`` (insert or CTI) or a ``LateRecord`` (written as its late insert)."""
+        if item is None:
+            raise TypeError("EventLogWriter.write(None); expected an Event or a LateRecord")
+        if item.__class__ is LateRecord:
+            self._put(encode_late(item))  # type: ignore[arg-type]
+        else:
+            self._put(encode_event(item))  # type: ignore[arg-type]
+
+    def join(self, source: str) -> None:
+        self._put(b'{"source":%b,"kind":"join"}\n' % _dumps(source))
+
+    def leave(self, source: str) -> None:
+        self._put(b'{"source":%b,"kind":"leave"}\n' % _dumps(source))
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._owned:
+            self._file.close()
+        else:
+            self._file.flush()
+
+    def __enter__(self) -> EventLogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_FIELD_ORDER = ("seq", "arrival", "source", "kind", "start", "end", "payload")
+
+
+def write_log(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> int:
+    """Write records (dicts of the documented fields) as given, in the format of ``path``.
+
+    Not canonicalised: JSON Lines keeps each record's keys and values (ISO strings stay
+    strings); CSV writes the header of the fields present; Parquet converts times to int64 ns
+    (the documented schema). Returns the number of records. Used for samples and tests.
+    """
+    fmt = log_format(path)
+    rows = list(records)
+    if fmt == "jsonl":
+        with open(path, "wb") as f:
+            for r in rows:
+                f.write(_dumps(dict(r)) + b"\n")
+    elif fmt == "csv":
+        names = [n for n in _FIELD_ORDER if any(n in r for r in rows)] or ["source", "kind", "start"]
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(names)
+            for r in rows:
+                w.writerow(["" if r.get(n) is None else
+                            (_dumps(r[n]).decode() if n == "payload" else r[n]) for n in names])
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        def times(name: str) -> list:
+            return [None if r.get(name) is None else to_ns(r[name], what=name) for r in rows]
+
+        columns = {
+            "seq": pa.array([r.get("seq") for r in rows], pa.int64()),
+            "source": pa.array([r.get("source") for r in rows], pa.string()),
+            "kind": pa.array([r.get("kind") for r in rows], pa.string()),
+            "start": pa.array(times("start"), pa.int64()),
+            "end": pa.array(times("end"), pa.int64()),
+            "payload": pa.array([None if r.get("payload") is None else _dumps(r["payload"]).decode()
+                                 for r in rows], pa.string()),
+            "arrival": pa.array(times("arrival"), pa.int64()),
+        }
+        for optional in ("seq", "arrival"):
+            if not any(optional in r for r in rows):
+                del columns[optional]
+        pq.write_table(pa.table(columns), path)
+    return len(rows)
+
+
+# -- the rolling file sink -------------------------------------------------------------
+
+_PART = re.compile(r"-(\d+)\.jsonl$")
+
+
+class RollingFileSink:
+    """A Reactive Streams subscriber writing event-log parts with atomic publication.
+
+    Items (``Event`` or ``LateRecord``) are written, canonical, to a hidden temporary file
+    ``.<prefix>-<n>.jsonl.tmp`` in ``directory``; a part is closed after ``max_events`` items
+    or, if ``max_seconds`` is set, at the first item after it has been open that long (by the
+    injected ``clock``, seconds), and on completion or error — then published with
+    ``os.replace`` as ``<prefix>-<n:06d>.jsonl``. A reader of the directory therefore never
+    sees a partial part. Numbering continues after the parts already in ``directory``.
+
+    Demand: ``request(batch)`` at subscription, topped up to ``batch`` when half is used.
+    Memory: O(1) (one open file). Errors writing a part cancel the subscription and are kept in
+    ``error`` (never thrown at the publisher, RS §2.13). ``published`` lists the parts.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, max_events: int = 100_000,
+                 max_seconds: float | None = None, prefix: str = "events", batch: int = 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if directory is None or max_events is None or prefix is None or clock is None:
+            raise TypeError("RollingFileSink: directory, max_events, prefix and clock must not "
+                            "be None")
+        if max_events <= 0 or batch <= 0:
+            raise ValueError(f"RollingFileSink: max_events={max_events} and batch={batch}; "
+                             "expected both > 0")
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self.max_events = max_events
+        self.max_seconds = max_seconds
+        self.prefix = prefix
+        self._batch = batch
+        self._clock = clock
+        self._subscription: Any = None
+        self._outstanding = 0
+        self._file: BinaryIO | None = None
+        self._tmp = ""
+        self._in_part = 0
+        self._opened_at = 0.0
+        self._next = 1 + max((int(m.group(1)) for name in os.listdir(self.directory)
+                              if name.startswith(prefix + "-") and (m := _PART.search(name))),
+                             default=-1)
+        self.published: list[str] = []
+        self.count = 0
+        self.error: BaseException | None = None
+        self.done = False
+
+    # -- Reactive Streams ---------------------------------------------------------------
+    def on_subscribe(self, subscription: Any) -> None:
+        if subscription is None:
+            raise TypeError("RS §2.13: on_subscribe(None)")
+        if self._subscription is not None or self.done:
+            subscription.cancel()  # RS §2.5: one active subscription
+            return
+        self._subscription = subscription
+        self._outstanding = self._batch
+        subscription.request(self._batch)
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("RS §2.13: on_next(None)")
+        if self.done:
+            return
+        try:
+            if self._file is None:
+                self._open()
+            elif (self._in_part >= self.max_events or self.max_seconds is not None
+                  and self._clock() - self._opened_at >= self.max_seconds):
+                self._publish()
+                self._open()
+            self._file.write(encode_late(item) if item.__class__ is LateRecord
+                             else encode_event(item))
+            self._in_part += 1
+            self.count += 1
+        except OSError as err:
+            self.error = err
+            self.done = True
+            self._discard()
+            self._subscription.cancel()
+            return
+        self._outstanding -= 1
+        if self._outstanding <= self._batch // 2:
+            more = self._batch - self._outstanding
+            self._outstanding += more
+            self._subscription.request(more)
+
+    def on_error(self, error: BaseException) -> None:
+        if error is None:
+            raise TypeError("RS §2.13: on_error(None)")
+        self.error = error
+        self._finish()
+
+    def on_complete(self) -> None:
+        self._finish()
+
+    # -- parts --------------------------------------------------------------------------
+    def part_name(self, n: int) -> str:
+        return os.path.join(self.directory, f"{self.prefix}-{n:06d}.jsonl")
+
+    def _open(self) -> None:
+        self._tmp = os.path.join(self.directory, f".{self.prefix}-{self._next:06d}.jsonl.tmp")
+        self._file = open(self._tmp, "wb")
+        self._in_part = 0
+        self._opened_at = self._clock()
+
+    def _publish(self) -> None:
+        assert self._file is not None
+        self._file.close()
+        self._file = None
+        final = self.part_name(self._next)
+        os.replace(self._tmp, final)  # atomic: readers see no part or the whole part
+        self.published.append(final)
+        self._next += 1
+
+    def _discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            try:
+                os.unlink(self._tmp)
+            except OSError:
+                pass
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self._file is not None and self._in_part:
+            try:
+                self._publish()
+            except OSError as err:
+                self.error = self.error or err
+                self._discard()
+        else:
+            self._discard()
+
+    def stats(self) -> dict[str, Any]:
+        return {"count": self.count, "parts": len(self.published), "in_open_part": self._in_part,
+                "outstanding": self._outstanding, "done": self.done}
+
+

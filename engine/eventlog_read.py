@@ -1,0 +1,738 @@
+"""Event-log readers: JSON Lines, CSV and Parquet into numpy columns, and the k-way merge.
+
+Everything here streams: a reader holds one chunk (``CHUNK_BYTES`` of JSON Lines, ``CSV_ROWS``
+rows of CSV, one Parquet row group batch) of Python objects at a time, and the merge holds at
+most a chunk per file plus the rows of runs of equal order keys. The format is in
+``docs/event-log.md``; bad records follow TS §5.3 (file:line, skip/quarantine counted).
+
+Two parsers per format, with the same result: a fast one that works on whole columns and
+assumes the chunk is clean, and an exact one, record by record, that is used when the fast one
+finds anything unusual (a bad record, an ISO time, a blank line) and that produces the error
+messages. ``tests/replay`` checks they agree.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import orjson
+
+from engine.errors import BadRecordError, InputError, TimeFormatError
+from engine.times import to_ns
+
+__all__ = [
+    "KIND_NAMES",
+    "INSERT",
+    "CTI",
+    "JOIN",
+    "LEAVE",
+    "BAD_RECORD_MODES",
+    "SourceTable",
+    "Columns",
+    "BadRecords",
+    "log_format",
+    "read_columns",
+    "merge_columns",
+]
+
+# kind codes of the column form
+INSERT, CTI, JOIN, LEAVE = 0, 1, 2, 3
+KIND_NAMES = ("insert", "cti", "join", "leave")
+_KINDS = {name: code for code, name in enumerate(KIND_NAMES)}
+BAD_RECORD_MODES = ("fail", "skip", "quarantine")
+
+#: bytes of JSON Lines parsed per chunk (memory bound of the JSON Lines reader)
+CHUNK_BYTES = 4 << 20
+#: rows per chunk of the CSV reader
+CSV_ROWS = 20_000
+#: rows per batch of the Parquet reader
+PARQUET_ROWS = 65_536
+
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_NONE_TYPE = type(None)
+_INT_ONLY = {int}
+_INT_OR_NONE = {int, _NONE_TYPE}
+
+
+class SourceTable:
+    """Input names <-> small int codes, shared by every file of one replay (``None`` is -1)."""
+
+    __slots__ = ("names", "codes")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.codes: dict[Any, int] = {None: -1}
+
+    def add(self, name: Any) -> int:
+        if type(name) is not str:
+            raise _Slow
+        code = self.codes.get(name)
+        if code is None:
+            code = self.codes[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def name(self, code: int) -> str | None:
+        return None if code < 0 else self.names[code]
+
+
+class Columns:
+    """A batch of records in arrival order, as columns (one row per record).
+
+    ``kind`` int8 (``INSERT``/``CTI``/``JOIN``/``LEAVE``); ``source`` int32 codes into the
+    replay's ``SourceTable``; ``start``/``end`` int64 ns (``end = start + 1`` for points, ``start``
+    for CTIs, 0 for join/leave); ``has_end`` bool (an interval); ``payload`` a list of JSON
+    values; ``key`` int64 order key; ``file`` int32 file index; ``line`` int64 line number.
+    """
+
+    __slots__ = ("kind", "source", "start", "end", "has_end", "payload", "key", "file", "line")
+
+    def __init__(self, kind, source, start, end, has_end, payload, key, file, line) -> None:
+        self.kind = kind
+        self.source = source
+        self.start = start
+        self.end = end
+        self.has_end = has_end
+        self.payload = payload
+        self.key = key
+        self.file = file
+        self.line = line
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def take(self, index: np.ndarray) -> Columns:
+        payload = self.payload
+        return Columns(self.kind[index], self.source[index], self.start[index], self.end[index],
+                       self.has_end[index], [payload[i] for i in index.tolist()],
+                       self.key[index], self.file[index], self.line[index])
+
+    @staticmethod
+    def concat(parts: Sequence[Columns]) -> Columns:
+        if len(parts) == 1:
+            return parts[0]
+        payload: list = []
+        for p in parts:
+            payload.extend(p.payload)
+        cat = np.concatenate
+        return Columns(cat([p.kind for p in parts]), cat([p.source for p in parts]),
+                       cat([p.start for p in parts]), cat([p.end for p in parts]),
+                       cat([p.has_end for p in parts]), payload, cat([p.key for p in parts]),
+                       cat([p.file for p in parts]), cat([p.line for p in parts]))
+
+    @staticmethod
+    def from_rows(rows: list[tuple], file: int) -> Columns:
+        """From exact-parser rows ``(kind, source, start, end, has_end, payload, key, line)``."""
+        n = len(rows)
+        if n == 0:
+            return _empty(file)
+        kind, source, start, end, has_end, payload, key, line = zip(*rows)
+        return Columns(np.array(kind, np.int8), np.array(source, np.int32),
+                       np.array(start, np.int64), np.array(end, np.int64),
+                       np.array(has_end, np.bool_), list(payload), np.array(key, np.int64),
+                       np.full(n, file, np.int32), np.array(line, np.int64))
+
+
+def _empty(file: int) -> Columns:
+    z = np.zeros(0, np.int64)
+    return Columns(np.zeros(0, np.int8), np.zeros(0, np.int32), z, z, np.zeros(0, np.bool_),
+                   [], z, np.zeros(0, np.int32), z)
+
+
+class _Slow(Exception):
+    """The fast parser met something it does not handle; the exact parser takes the chunk."""
+
+
+@dataclass
+class BadRecords:
+    """What to do with a bad record (TS §5.3): ``fail`` (raise), ``skip`` or ``quarantine``.
+
+    Counts per file are kept in ``skipped``; with ``quarantine`` each bad record is also
+    appended to ``sink`` (a binary file) as ``{"file","line","error","raw"}``.
+    """
+
+    mode: str = "fail"
+    sink: Any = None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in BAD_RECORD_MODES:
+            raise InputError(f"bad_records={self.mode!r}; expected one of {', '.join(BAD_RECORD_MODES)}")
+        if self.mode == "quarantine" and self.sink is None:
+            raise InputError("bad_records='quarantine' needs a quarantine file")
+
+    def handle(self, err: BadRecordError, raw: bytes | str) -> None:
+        if self.mode == "fail":
+            raise err
+        self.skipped[err.path] = self.skipped.get(err.path, 0) + 1  # TS §5.3: counted
+        if self.sink is not None:
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+            self.sink.write(orjson.dumps({"file": err.path, "line": err.line,
+                                          "error": str(err), "raw": text.rstrip("\r\n")}) + b"\n")
+
+
+class _FileState:
+    """Per-file reading state: order-key mode, last key, record position."""
+
+    __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position")
+
+    def __init__(self, path: str, index: int, table: SourceTable, bad: BadRecords) -> None:
+        self.path = path
+        self.index = index
+        self.table = table
+        self.bad = bad
+        self.mode: str | None = None  # "arrival" | "seq" | "position"
+        self.last_key = -(2**63)
+        self.position = 0
+
+    def error(self, line: int, message: str, field: str | None = None) -> BadRecordError:
+        return BadRecordError(self.path, line, message, field=field)
+
+
+# -- instants --------------------------------------------------------------------------
+
+_FRACTION_DIGITS = re.compile(r"\.(\d{7,9})(?=[Zz+-]|$)")
+
+
+@lru_cache(maxsize=65_536)
+def _iso_ns(text: str) -> int:
+    """ISO-8601 instant with an offset -> ns; the common forms without pendulum (cached)."""
+    try:
+        value = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return to_ns(text, what="instant")
+    if value.tzinfo is None or value.utcoffset() is None or "T" not in text.upper():
+        return to_ns(text, what="instant")
+    delta = value - _EPOCH
+    ns = (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    return ns
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _instant(value: Any, st: _FileState, line: int, name: str) -> int:
+    if type(value) is int:
+        if -(2**63) <= value < 2**63:
+            return value
+        raise st.error(line, f"{value} is outside the int64 nanosecond range", name)
+    if type(value) is str:
+        if _FRACTION_DIGITS.search(value):  # sub-microsecond digits: the exact converter
+            try:
+                return to_ns(value, what="instant")
+            except TimeFormatError as err:
+                raise st.error(line, _time_message(value), name) from err
+        try:
+            return _iso_ns(value)
+        except TimeFormatError as err:
+            raise st.error(line, _time_message(value), name) from err
+    raise st.error(line, f"{orjson.dumps(value).decode()} is a {_json_type(value)}; expected "
+                   "int nanoseconds since the epoch or an ISO-8601 string with an offset", name)
+
+
+def _time_message(value: str) -> str:
+    return (f"cannot parse {value!r} as an instant; expected int nanoseconds or ISO-8601 with an "
+            "offset, e.g. '2026-11-22T08:00:00Z'")
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "boolean", float: "number with a fraction", str: "string", list: "array",
+            dict: "object", _NONE_TYPE: "null", int: "integer"}.get(type(value), type(value).__name__)
+
+
+# -- the exact, record-by-record parser ------------------------------------------------
+
+
+def _record(obj: Any, st: _FileState, line: int) -> tuple:
+    """Validate one decoded record; return its row or raise ``BadRecordError`` (TS §5.3)."""
+    if type(obj) is not dict:
+        raise st.error(line, f"a JSON {_json_type(obj)} is not a record; expected an object "
+                       "with source, kind and start")
+    if "kind" not in obj:
+        raise st.error(line, "missing; expected one of insert, cti, join, leave", "kind")
+    kind_name = obj["kind"]
+    kind = _KINDS.get(kind_name) if type(kind_name) is str else None
+    if kind is None:
+        raise st.error(line, f"unknown kind {orjson.dumps(kind_name).decode()}; expected one of "
+                       "insert, cti, join, leave", "kind")
+    source = obj.get("source")
+    if source is None:
+        if kind != CTI:
+            raise st.error(line, f"missing on a {kind_name} record; expected the input's name",
+                           "source")
+        code = -1
+    elif type(source) is not str:
+        raise st.error(line, f"{orjson.dumps(source).decode()} is a {_json_type(source)}; "
+                       "expected a string", "source")
+    else:
+        code = st.table.add(source)
+    payload = obj.get("payload")
+    if kind <= CTI:
+        if "start" not in obj or obj["start"] is None:
+            raise st.error(line, f"missing on a {kind_name} record; expected an instant", "start")
+        start = _instant(obj["start"], st, line, "start")
+        end_value = obj.get("end")
+        if kind == CTI:
+            if end_value is not None:
+                raise st.error(line, "a cti is an instant and has no end; remove it", "end")
+            if payload is not None:
+                raise st.error(line, "a cti carries no payload; remove it or make it null",
+                               "payload")
+            end, has_end = start, False
+        elif end_value is None:
+            end, has_end = start + 1, False
+        else:
+            end = _instant(end_value, st, line, "end")
+            if end <= start:
+                raise st.error(line, f"interval end {end} is not after start {start}; expected "
+                               "end > start", "end")
+            has_end = True
+    else:
+        start = end = 0
+        has_end = False
+        payload = None
+    if st.mode is None:
+        st.mode = "arrival" if "arrival" in obj else "seq" if "seq" in obj else "position"
+    mode = st.mode
+    if mode == "position":
+        key = st.position - 1
+    else:
+        value = obj.get(mode)
+        if value is None:
+            raise st.error(line, f"missing; the file's first record has {mode!r}, so every "
+                           "record must (TS §5.2)", mode)
+        if mode == "arrival":
+            key = _instant(value, st, line, "arrival")
+        elif type(value) is int and -(2**63) <= value < 2**63:
+            key = value
+        else:
+            raise st.error(line, f"{orjson.dumps(value).decode()} is not an int64; expected an "
+                           "integer sequence number", "seq")
+        if key < st.last_key:
+            raise st.error(line, f"{key} is before the previous record's {st.last_key}; a file "
+                           "must be in arrival order (TS §5.2)", mode)
+    st.last_key = key
+    return (kind, code, start, end, has_end, payload, key, line)
+
+
+def _decode_error(raw: bytes, err: Exception, last: bool) -> str:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return (f"byte 0x{raw[bad.start]:02x} at column {bad.start + 1} is not valid UTF-8; "
+                "expected UTF-8 text")
+    hint = " (truncated last line: the file ends without a newline mid-record)" if last else ""
+    return f"not valid JSON: {err}{hint}"
+
+
+def _jsonl_exact(lines: list[bytes], first_line: int, st: _FileState, last: bool) -> Columns:
+    rows = []
+    handle = st.bad.handle
+    final = len(lines) - 1
+    for i, raw in enumerate(lines):
+        line = first_line + i
+        if not raw.strip():
+            continue  # a blank line holds no record
+        st.position += 1
+        try:
+            try:
+                obj = _loads(raw)
+            except _JSONDecodeError as err:
+                raise st.error(line, _decode_error(raw, err, last and i == final)) from err
+            rows.append(_record(obj, st, line))
+        except BadRecordError as err:
+            handle(err, raw)
+    return Columns.from_rows(rows, st.index)
+
+
+# -- the fast, whole-column parser -----------------------------------------------------
+
+
+def _ints(values: list, allow_none: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """int64 column from a list of ints (and ``None`` if allowed); anything else -> ``_Slow``."""
+    types = set(map(type, values))
+    if types == _INT_ONLY:
+        return np.array(values, np.int64), None
+    if allow_none and types <= _INT_OR_NONE:
+        if types == {_NONE_TYPE}:
+            return np.zeros(len(values), np.int64), np.ones(len(values), np.bool_)
+        missing = np.array([v is None for v in values], np.bool_)
+        return np.array([0 if v is None else v for v in values], np.int64), missing
+    raise _Slow
+
+
+def _fast(kind_l: list, src_l: list, start_l: list, end_l: list, payload_l: list,
+          key_l: list | None, st: _FileState, lines: np.ndarray) -> Columns:
+    """Whole-column parse; raises ``_Slow`` on anything the exact parser must look at."""
+    n = len(kind_l)
+    kinds = _KINDS
+    kind = np.array([kinds[k] for k in kind_l], np.int8)
+    codes = st.table.codes
+    add = st.table.add
+    source = np.array([codes[s] if s in codes else add(s) for s in src_l], np.int32)
+    is_cti = kind == CTI
+    timed = kind <= CTI
+    if ((source < 0) & ~is_cti).any():
+        raise _Slow
+    start, missing = _ints(start_l, True)
+    if missing is not None and (missing & timed).any():
+        raise _Slow
+    end, no_end = _ints(end_l, True)
+    if no_end is None:
+        has_end = np.ones(n, np.bool_)
+    else:
+        has_end = ~no_end
+    if (has_end & is_cti).any():
+        raise _Slow
+    has_end &= timed
+    if (has_end & (end <= start)).any():
+        raise _Slow
+    end = np.where(has_end, end, np.where(is_cti, start, start + 1))
+    if not timed.all():
+        start = np.where(timed, start, 0)
+        end = np.where(timed, end, 0)
+        payload_l = [None if k > CTI else p for k, p in zip(kind.tolist(), payload_l)]
+    for i in np.flatnonzero(is_cti).tolist():
+        if payload_l[i] is not None:
+            raise _Slow
+    if st.mode is None:
+        raise _Slow
+    if st.mode == "position":
+        key = np.arange(st.position, st.position + n, dtype=np.int64)
+    else:
+        assert key_l is not None
+        key, _ = _ints(key_l, False)
+        if n and (key[0] < st.last_key or (key[1:] < key[:-1]).any()):
+            raise _Slow
+    if n:
+        st.last_key = int(key[-1])
+    st.position += n
+    return Columns(kind, source, start, end, has_end, payload_l, key,
+                   np.full(n, st.index, np.int32), lines)
+
+
+def _jsonl_fast(lines: list[bytes], first_line: int, st: _FileState) -> Columns:
+    recs = _loads(b"[" + b",".join(lines) + b"]")
+    if len(recs) != len(lines):
+        raise _Slow
+    if st.mode is None and recs and type(recs[0]) is dict:
+        r0 = recs[0]
+        st.mode = "arrival" if "arrival" in r0 else "seq" if "seq" in r0 else "position"
+    kind_l = [r["kind"] for r in recs]
+    src_l = [r.get("source") for r in recs]
+    start_l = [r.get("start") for r in recs]
+    end_l = [r.get("end") for r in recs]
+    payload_l = [r.get("payload") for r in recs]
+    mode = st.mode
+    key_l = None if mode == "position" else [r.get(mode) for r in recs]
+    return _fast(kind_l, src_l, start_l, end_l, payload_l, key_l, st,
+                 np.arange(first_line, first_line + len(lines), dtype=np.int64))
+
+
+def _jsonl_chunk(lines: list[bytes], first_line: int, st: _FileState, last: bool) -> Columns:
+    saved = (st.mode, st.last_key, st.position)
+    try:
+        return _jsonl_fast(lines, first_line, st)
+    except (_Slow, _JSONDecodeError, KeyError, TypeError, ValueError, OverflowError):
+        st.mode, st.last_key, st.position = saved
+        return _jsonl_exact(lines, first_line, st, last)
+
+
+def _read_jsonl(st: _FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
+    with open(st.path, "rb") as f:
+        rest = b""
+        line = 1
+        while True:
+            block = f.read(CHUNK_BYTES)
+            if not block:
+                break
+            if on_bytes is not None:
+                on_bytes(len(block))
+            buf = rest + block if rest else block
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                rest = buf
+                continue
+            lines = buf[:cut].split(b"\n")
+            rest = buf[cut + 1:]
+            yield _jsonl_chunk(lines, line, st, False)
+            line += len(lines)
+        if rest.strip():
+            yield _jsonl_chunk([rest], line, st, True)
+
+
+# -- CSV -------------------------------------------------------------------------------
+
+_CSV_INT = re.compile(r"^[+-]?\d+$")
+_CSV_FIELDS = ("source", "kind", "start", "end", "payload", "seq", "arrival")
+
+
+def _csv_obj(row: dict, st: _FileState, line: int) -> dict:
+    obj: dict[str, Any] = {}
+    for name in _CSV_FIELDS:
+        text = row.get(name)
+        if text is None or text == "":
+            continue
+        if name in ("start", "end", "arrival", "seq"):
+            obj[name] = int(text) if _CSV_INT.match(text) else text
+        elif name == "payload":
+            try:
+                obj[name] = _loads(text)
+            except _JSONDecodeError as err:
+                raise st.error(line, f"not valid JSON text: {err}", "payload") from err
+        else:
+            obj[name] = text
+    return obj
+
+
+def _read_csv(st: _FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
+    handle = st.bad.handle
+    with open(st.path, "rb") as f:
+        if on_bytes is not None:
+            on_bytes(os.fstat(f.fileno()).st_size)
+        physical = [0]
+        undecodable: list[tuple[int, bytes, UnicodeDecodeError]] = []
+
+        def text_lines() -> Iterator[str]:
+            for raw in f:
+                physical[0] += 1
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    undecodable.append((physical[0], raw, err))
+                    yield "\n"  # keep line numbers; the record is reported below
+
+        reader = csv.reader(text_lines())
+        header = next(reader, None)
+        if undecodable:
+            no, raw, err = undecodable.pop()
+            raise st.error(no, f"byte 0x{raw[err.start]:02x} at column {err.start + 1} is not "
+                           "valid UTF-8; expected UTF-8 text")
+        if header is None:
+            return
+        names = [h.strip() for h in header]
+        for required in ("source", "kind", "start"):
+            if required not in names:
+                raise st.error(1, f"header has no {required!r} column; expected at least "
+                               "source, kind, start", required)
+        rows: list[tuple] = []
+        line_before = reader.line_num
+        for cells in reader:
+            line = line_before + 1
+            line_before = reader.line_num
+            if undecodable:
+                no, raw, err = undecodable.pop()
+                handle(st.error(no, f"byte 0x{raw[err.start]:02x} at column {err.start + 1} is "
+                                "not valid UTF-8; expected UTF-8 text"), raw)
+                continue
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            st.position += 1
+            try:
+                if len(cells) != len(names):
+                    raise st.error(line, f"{len(cells)} cells for {len(names)} header columns "
+                                   "(truncated or unquoted comma?)")
+                rows.append(_record(_csv_obj(dict(zip(names, cells)), st, line), st, line))
+            except BadRecordError as err:
+                buf = io.StringIO()
+                csv.writer(buf).writerow(cells)
+                handle(err, buf.getvalue())
+            if len(rows) >= CSV_ROWS:
+                yield Columns.from_rows(rows, st.index)
+                rows = []
+        if rows:
+            yield Columns.from_rows(rows, st.index)
+
+
+# -- Parquet ---------------------------------------------------------------------------
+
+
+def _read_parquet(st: _FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as err:  # pragma: no cover - depends on the installed extras
+        raise InputError(f"{st.path}: reading Parquet needs pyarrow (pip install "
+                         "'goldilocks[parquet]')") from err
+    try:
+        pf = pq.ParquetFile(st.path)
+    except Exception as err:
+        raise st.error(1, f"not a readable Parquet file: {err}") from err
+    if on_bytes is not None:
+        on_bytes(os.path.getsize(st.path))
+    names = set(pf.schema_arrow.names)
+    for required in ("source", "kind", "start"):
+        if required not in names:
+            raise st.error(1, f"no {required!r} column; expected at least source, kind, start",
+                           required)
+    wanted = [c for c in ("seq", "source", "kind", "start", "end", "payload", "arrival")
+              if c in names]
+    row = 0
+    for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=wanted):
+        n = batch.num_rows
+        cols: dict[str, list] = {}
+        for name in wanted:
+            col = batch.column(name)
+            if pa.types.is_timestamp(col.type):
+                col = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+            cols[name] = col.to_pylist()
+        lines = np.arange(row + 1, row + n + 1, dtype=np.int64)
+        none = [None] * n
+        payload_text = cols.get("payload", none)
+        saved = (st.mode, st.last_key, st.position)
+        try:
+            if st.mode is None and n:
+                st.mode = ("arrival" if cols.get("arrival", none)[0] is not None else
+                           "seq" if cols.get("seq", none)[0] is not None else "position")
+            payload_l = [None if p is None else _loads(p) for p in payload_text]
+            key_l = None if st.mode == "position" else cols.get(st.mode, none)
+            yield _fast(cols["kind"], cols["source"], cols["start"], cols.get("end", none),
+                        payload_l, key_l, st, lines)
+        except (_Slow, _JSONDecodeError, KeyError, TypeError, ValueError, OverflowError):
+            st.mode, st.last_key, st.position = saved
+            rows = []
+            for i in range(n):
+                line = row + i + 1
+                obj = {name: cols[name][i] for name in wanted if cols[name][i] is not None}
+                st.position += 1
+                try:
+                    if "payload" in obj:
+                        try:
+                            obj["payload"] = _loads(obj["payload"])
+                        except _JSONDecodeError as err:
+                            raise st.error(line, f"not valid JSON text: {err}", "payload") from err
+                    rows.append(_record(obj, st, line))
+                except BadRecordError as err:
+                    st.bad.handle(err, orjson.dumps(obj, default=str))
+            yield Columns.from_rows(rows, st.index)
+        row += n
+
+
+# -- files and the merge ---------------------------------------------------------------
+
+_READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}
+_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
+               ".parquet": "parquet", ".pq": "parquet"}
+
+
+def log_format(path: str | os.PathLike) -> str:
+    """``"jsonl"``, ``"csv"`` or ``"parquet"``, from the file name (``.gz`` is not supported)."""
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    try:
+        return _EXTENSIONS[ext]
+    except KeyError:
+        raise InputError(f"{os.fspath(path)}: unknown event-log extension {ext!r}; expected one "
+                         f"of {', '.join(sorted(_EXTENSIONS))}") from None
+
+
+class _FileReader:
+    __slots__ = ("state", "chunks")
+
+    def __init__(self, state: _FileState, chunks: Iterator[Columns]) -> None:
+        self.state = state
+        self.chunks = chunks
+
+    def next_chunk(self) -> Columns | None:
+        for chunk in self.chunks:
+            if len(chunk):
+                return chunk
+        return None
+
+
+def read_columns(path: str, *, index: int = 0, table: SourceTable | None = None,
+                 bad: BadRecords | None = None,
+                 on_bytes: Callable[[int], None] | None = None) -> Iterator[Columns]:
+    """Stream one log file as ``Columns`` chunks in file order (memory: one chunk)."""
+    state = _FileState(os.fspath(path), index, table or SourceTable(), bad or BadRecords())
+    if not os.path.exists(state.path):
+        raise InputError(f"{state.path}: no such file")
+    return _READERS[log_format(state.path)](state, on_bytes)
+
+
+def merge_columns(paths: Sequence[str], *, table: SourceTable, bad: BadRecords,
+                  on_bytes: Callable[[int], None] | None = None,
+                  modes: list | None = None) -> Iterator[Columns]:
+    """Merge files by ``(order key, file index, line)`` (TS §5.2), streaming, in chunks.
+
+    A row is released once no unread row of another file can sort before it: every file's
+    rows are non-decreasing in key, so rows with key below the smallest "last read key" of the
+    unfinished files are final. Memory: one chunk per file plus runs of equal keys.
+    ``modes`` (if given) receives each file's order-key mode (``None`` for an empty file).
+    """
+    readers = []
+    for i, p in enumerate(paths):
+        state = _FileState(os.fspath(p), i, table, bad)
+        if not os.path.exists(state.path):
+            raise InputError(f"{state.path}: no such file")
+        readers.append(_FileReader(state, _READERS[log_format(state.path)](state, on_bytes)))
+    try:
+        if len(readers) == 1:
+            for chunk in readers[0].chunks:
+                if len(chunk):
+                    yield chunk
+            return
+        yield from _merge(readers)
+    finally:
+        if modes is not None:
+            modes[:] = [r.state.mode for r in readers]
+
+
+def _check_modes(readers: list[_FileReader]) -> None:
+    seen = {}
+    for r in readers:
+        if r.state.mode is not None:
+            seen.setdefault(r.state.mode, r.state.path)
+    if len(seen) > 1:
+        (m1, p1), (m2, p2) = list(seen.items())[:2]
+        raise InputError(f"{p1} is ordered by {m1!r} but {p2} by {m2!r}; all files of one replay "
+                         "must use the same order key (TS §5.2)")
+
+
+def _merge(readers: list[_FileReader]) -> Iterator[Columns]:
+    pending: list[Columns | None] = [None] * len(readers)
+    done = [False] * len(readers)
+
+    def refill(i: int) -> None:
+        chunk = readers[i].next_chunk()
+        if chunk is None:
+            done[i] = True
+        else:
+            pending[i] = chunk if pending[i] is None else Columns.concat([pending[i], chunk])
+
+    for i in range(len(readers)):
+        refill(i)
+    while True:
+        _check_modes(readers)
+        live = [i for i in range(len(readers)) if not done[i]]
+        if live:
+            bound = min(int(pending[i].key[-1]) for i in live)  # type: ignore[union-attr]
+        parts = []
+        for i, p in enumerate(pending):
+            if p is None or not len(p):
+                continue
+            if not live:
+                parts.append(p)
+                pending[i] = None
+                continue
+            cut = int(np.searchsorted(p.key, bound, side="left"))
+            if cut:
+                parts.append(p.take(np.arange(cut)) if cut < len(p) else p)
+                pending[i] = p.take(np.arange(cut, len(p))) if cut < len(p) else None
+        if parts:
+            merged = Columns.concat(parts)
+            order = np.lexsort((merged.line, merged.file, merged.key))  # TS §5.2 tie-break
+            yield merged.take(order)
+        if not live:
+            return
+        for i in live:
+            if pending[i] is None or int(pending[i].key[-1]) <= bound:
+                refill(i)

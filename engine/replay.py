@@ -1,0 +1,598 @@
+"""Replay recorded event logs through a time policy: ``replay(paths, delay=…) -> ReplayStats``.
+
+The logs are merged in recorded arrival order (TS §5.2) and the policy's scan step runs over
+that order — no union is needed, the merge *is* the arrival order. Two interchangeable paths
+write byte-identical output (TS §5.1; ``tests/replay`` proves it with hypothesis):
+
+- the **element path**: ``policy.step`` per record; used when the output is a stream (a file
+  object such as stdout), when pacing (``speed``), or when the policy has no columnar form;
+- the **columnar path**: ``policy.run_columns`` over the whole log's numpy columns; used
+  automatically when the policy offers it and the output is a path or discarded (``None``).
+  Pass 1 parses the logs in chunks, keeps a few numpy columns (about 30 bytes per record) and
+  spills each insert's canonical line to a temporary file; pass 2 streams that file back,
+  choosing lines by the decisions. Python objects: one chunk at a time.
+
+Output and late records are canonical JSON Lines (``docs/event-log.md``).
+
+>>> import tempfile, os, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (d / "a.jsonl").write_text('{"source":"A","kind":"insert","start":5}\\n'
+...                                '{"source":"A","kind":"cti","start":9}\\n')
+>>> stats = replay([d / "a.jsonl"], delay=2, out=d / "out.jsonl")
+>>> (d / "out.jsonl").read_text()
+'{"source":"A","kind":"insert","start":5}\\n{"kind":"cti","start":7}\\n'
+>>> stats.path, stats.emitted, stats.final_cti
+('columnar', 1, 7)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Iterable, Protocol, Sequence
+
+import numpy as np
+
+from engine.errors import InputError
+from engine.event import ADJUSTED, CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
+from engine.eventlog import (
+    CTI,
+    INSERT,
+    JOIN,
+    BadRecords,
+    SourceTable,
+    cti_line,
+    encode_late,
+    insert_line,
+    insert_prefix,
+    late_line,
+    merge_columns,
+)
+from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy, resolve_policy
+from engine.times import to_duration_ns
+
+__all__ = [
+    "replay",
+    "ReplayStats",
+    "InputStats",
+    "FileStats",
+    "PlotData",
+    "Clock",
+    "SystemClock",
+    "VirtualClock",
+    "COLUMNAR",
+    "ELEMENT",
+]
+
+COLUMNAR = "columnar"
+ELEMENT = "element"
+_NO_ACTION = 9  # join/leave rows in the columnar decision column
+
+
+class Clock(Protocol):
+    """What pacing needs: a monotonic time in seconds and a way to wait."""
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock (``time.monotonic``, ``time.sleep``)."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class VirtualClock:
+    """Virtual time for tests: ``sleep`` advances ``now`` at once and records the wait."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@dataclass(frozen=True)
+class InputStats:
+    """One input (source): records received (inserts + CTIs), inserts emitted (adjusted ones
+    included), late (dropped + adjusted), adjusted, and the last CTI it sent (``None``: none)."""
+
+    name: str | None
+    received: int
+    inserts: int
+    ctis: int
+    emitted: int
+    late: int
+    adjusted: int
+    final_cti: int | None
+
+    @property
+    def dropped(self) -> int:
+        return self.late - self.adjusted
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """One log file: its format, the records read from it, the bad records skipped."""
+
+    path: str
+    format: str
+    records: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class PlotData:
+    """What ``engine.plot`` draws: per record in arrival order its input code and start, and
+    whether it was late; the emitted CTIs with the row after which each was emitted."""
+
+    names: tuple[str | None, ...]
+    source: np.ndarray
+    start: np.ndarray
+    is_cti: np.ndarray
+    late: np.ndarray
+    cti_rows: np.ndarray
+    cti_values: np.ndarray
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    """The result of a replay: per-input and per-file counts, totals, and which path ran."""
+
+    inputs: tuple[InputStats, ...]
+    files: tuple[FileStats, ...]
+    path: str
+    policy: str
+    delay: int
+    on_late: str
+    records: int
+    emitted: int
+    ctis_emitted: int
+    late: int
+    adjusted: int
+    skipped: int
+    quarantined: int
+    final_cti: int | None
+    seconds: float = field(compare=False)
+    plot: PlotData | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else float("inf")
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+class _Output:
+    """A binary sink: a path (opened and closed here), a file object, or ``None`` (discard)."""
+
+    def __init__(self, target: Any, what: str) -> None:
+        self.owned = False
+        if target is None:
+            self.file: BinaryIO | None = None
+        elif isinstance(target, (str, os.PathLike)):
+            self.file = open(target, "wb", buffering=1 << 20)
+            self.owned = True
+        elif hasattr(target, "write"):
+            self.file = getattr(target, "buffer", target)  # a text stream's binary buffer
+        else:
+            raise InputError(f"{what}={target!r}; expected a path, a binary file or None")
+
+    def write(self, data: bytes) -> None:
+        if self.file is not None and data:
+            self.file.write(data)
+
+    def close(self) -> None:
+        if self.file is None:
+            return
+        if self.owned:
+            self.file.close()
+        else:
+            self.file.flush()
+
+
+def _resolve(policy: str | Policy, delay: object, on_late: str) -> Policy:
+    if isinstance(policy, str):
+        if delay is None:
+            delay = "5m" if policy == "goldilocks" else 0
+        return resolve_policy(policy, delay=delay, on_late=on_late)
+    if delay is not None and to_duration_ns(delay) != policy.delay:
+        raise InputError(f"delay={delay!r} disagrees with the given policy's delay "
+                         f"{policy.delay} ns; pass one or the other")
+    return policy
+
+
+def _speed(speed: object) -> float | None:
+    if speed is None or speed == "max":
+        return None
+    try:
+        factor = float(speed)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"speed={speed!r}; expected 'max' or a positive factor such as 1 "
+                         "or 10") from None
+    if not factor > 0 or factor == float("inf"):
+        raise InputError(f"speed={speed!r}; expected 'max' or a positive finite factor")
+    return factor
+
+
+def _columnar_ok(pol: Policy) -> bool:
+    run = getattr(pol, "run_columns", None)
+    if run is None:
+        return False
+    empty = np.zeros(0, np.int64)
+    return run(np.zeros(0, np.bool_), empty, empty) is not None
+
+
+class _Progress:
+    def __init__(self, paths: Sequence[str], enabled: bool) -> None:
+        self.bar = None
+        if not enabled or not sys.stderr.isatty():
+            return
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        total = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
+        self.bar = Progress("replay", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                            transient=True)
+        self.task = self.bar.add_task("replay", total=total)
+        self.bar.start()
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# -- the API ---------------------------------------------------------------------------
+
+
+def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
+           policy: str | Policy = "goldilocks", on_late: str = "drop",
+           out: str | os.PathLike | BinaryIO | None = None,
+           late: str | os.PathLike | BinaryIO | None = None, speed: object = None,
+           bad_records: str = "fail", quarantine: str | os.PathLike | BinaryIO | None = None,
+           clock: Clock | None = None, progress: bool = False, plot: bool = False,
+           columnar: bool | None = None) -> ReplayStats:
+    """Replay event logs through a policy; write the output and late records; return stats.
+
+    ``paths``: JSON Lines, CSV or Parquet logs, merged by ``(order key, file index, line)``
+    (TS §5.2). ``delay``: a duration (``"5m"``, int ns, ``timedelta``); ``None`` means 5
+    minutes for goldilocks and 0 for the others. ``policy``: a registered name
+    (``goldilocks``, ``min``, ``max``) or a policy object. ``out``/``late``: a path, a binary
+    file, or ``None`` to discard (late records are counted either way). ``speed``: ``None`` or
+    ``"max"`` for as fast as possible, or a factor pacing records by their recorded ``arrival``
+    times through ``clock`` (default the system clock). ``bad_records``: ``fail`` (raise
+    ``BadRecordError`` naming file and line), ``skip`` or ``quarantine`` (skip and append to
+    ``quarantine``); skipped records are counted (TS §5.3). ``columnar``: ``None`` chooses
+    automatically; ``True``/``False`` force a path (``True`` fails if it cannot apply).
+
+    The same logs and options always give the same bytes (TS §5.1). Memory: one chunk of
+    Python objects, plus about 30 bytes per record of numpy columns on the columnar path.
+    """
+    began = time.perf_counter()
+    path_list = [os.fspath(p) for p in paths]
+    if not path_list:
+        raise InputError("replay: no event logs given; expected at least one path")
+    pol = _resolve(policy, delay, on_late)
+    factor = _speed(speed)
+    streaming_out = out is not None and not isinstance(out, (str, os.PathLike))
+    can_columns = _columnar_ok(pol)
+    if columnar is None:
+        columnar = can_columns and factor is None and not streaming_out
+    elif columnar and not can_columns:
+        raise InputError(f"policy {pol.name!r} has no columnar form; use the element path")
+    elif columnar and factor is not None:
+        raise InputError("pacing (speed) needs the element path")
+
+    quarantine_out = _Output(quarantine, "quarantine") if quarantine is not None else None
+    if bad_records == "quarantine" and quarantine_out is None:
+        raise InputError("bad_records='quarantine' needs a quarantine file")
+    bad = BadRecords(bad_records, quarantine_out.file if quarantine_out else None)
+    table = SourceTable()
+    out_sink = _Output(out, "out")
+    late_sink = _Output(late, "late")
+    bar = _Progress(path_list, progress)
+    modes: list = []
+    try:
+        chunks = merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
+                               modes=modes)
+        if columnar:
+            result = _run_columnar(pol, chunks, table, out_sink, late_sink, plot)
+        else:
+            result = _run_elements(pol, chunks, table, out_sink, late_sink, plot, factor,
+                                   clock or SystemClock(), modes)
+    finally:
+        bar.close()
+        out_sink.close()
+        late_sink.close()
+        if quarantine_out is not None:
+            quarantine_out.close()
+    per_input, records_per_file, totals, plot_data = result
+    files = tuple(
+        FileStats(p, os.path.splitext(p)[1].lstrip(".").lower(), records_per_file.get(i, 0),
+                  bad.skipped.get(p, 0))
+        for i, p in enumerate(path_list))
+    skipped = sum(bad.skipped.values())
+    return ReplayStats(
+        inputs=per_input, files=files, path=COLUMNAR if columnar else ELEMENT,
+        policy=pol.name, delay=pol.delay, on_late=pol.on_late, records=totals["records"],
+        emitted=totals["emitted"], ctis_emitted=totals["ctis"], late=totals["late"],
+        adjusted=totals["adjusted"], skipped=skipped if bad.mode == "skip" else 0,
+        quarantined=skipped if bad.mode == "quarantine" else 0, final_cti=totals["final"],
+        seconds=time.perf_counter() - began, plot=plot_data)
+
+
+def _inputs(names: list[str | None], received, inserts, ctis, emitted, late, adjusted,
+            last_cti: dict[int, int]) -> tuple[InputStats, ...]:
+    rows = []
+    for code in [-1] + list(range(len(names))):
+        i = code + 1
+        if i >= len(received) or received[i] == 0:
+            continue
+        rows.append(InputStats(names[code] if code >= 0 else None, int(received[i]),
+                               int(inserts[i]), int(ctis[i]), int(emitted[i]), int(late[i]),
+                               int(adjusted[i]), last_cti.get(code)))
+    return tuple(rows)
+
+
+# -- element path ----------------------------------------------------------------------
+
+
+def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_out: _Output,
+                  plot: bool, factor: float | None, clock: Clock, modes: list):
+    step, join, leave = pol.step, pol.join, pol.leave
+    state = pol.initial()
+    names = table.names
+    prefixes: dict[str | None, bytes] = {}
+    # counters indexed by source code + 1 (index 0: CTIs without a source)
+    size = 64
+    received = [0] * size
+    inserts = [0] * size
+    ctis = [0] * size
+    emitted = [0] * size
+    late = [0] * size
+    adjusted = [0] * size
+    last_cti: dict[int, int] = {}
+    per_file: dict[int, int] = {}
+    n_ctis = n_emitted = n_late = n_adjusted = 0
+    final = None
+    records = 0
+    plot_rows: list = [] if plot else None  # type: ignore[assignment]
+    plot_ctis: list = [] if plot else None  # type: ignore[assignment]
+    paced = factor is not None
+    origin: tuple[float, int] | None = None
+    write_out = out.write
+    write_late = late_out.write
+    late_on = late_out.file is not None
+    for chunk in chunks:
+        if paced and modes and any(m not in (None, "arrival") for m in modes):
+            raise InputError("speed: pacing needs 'arrival' times in the logs; these are "
+                             "ordered by " + ", ".join(sorted({m for m in modes if m})))
+        buf: list[bytes] = []
+        lbuf: list[bytes] = []
+        for f in np.unique(chunk.file).tolist():
+            per_file[f] = per_file.get(f, 0) + int((chunk.file == f).sum())
+        while len(names) + 1 >= size:
+            for lst in (received, inserts, ctis, emitted, late, adjusted):
+                lst.extend([0] * size)
+            size *= 2
+        for k, s, st, en, he, pl, key in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                              chunk.start.tolist(), chunk.end.tolist(),
+                                              chunk.has_end.tolist(), chunk.payload,
+                                              chunk.key.tolist()):
+            name = names[s] if s >= 0 else None
+            if paced:
+                if origin is None:
+                    origin = (clock.monotonic(), key)
+                target = origin[0] + (key - origin[1]) / 1e9 / factor
+                wait = target - clock.monotonic()
+                if wait > 0:
+                    write_out(b"".join(buf))
+                    buf.clear()
+                    if out.file is not None:
+                        out.file.flush()
+                    clock.sleep(wait)
+            i = s + 1
+            if k == INSERT:
+                ev = Event(INTERVAL if he else POINT, st, en, pl, name)
+                received[i] += 1
+                inserts[i] += 1
+                state, outs = step(state, ev)
+            elif k == CTI:
+                received[i] += 1
+                ctis[i] += 1
+                last_cti[s] = st
+                state, outs = step(state, Event(CTI_KIND, st, None, None, name))
+            elif k == JOIN:
+                state, outs = join(state, name)
+            else:
+                state, outs = leave(state, name)
+            if plot_rows is not None and k <= CTI:
+                plot_rows.append((s, st, k == CTI, False))
+            for o in outs:
+                if o.__class__ is LateRecord:
+                    late[i] += 1
+                    n_late += 1
+                    if o.action == ADJUSTED:
+                        adjusted[i] += 1
+                        n_adjusted += 1
+                    if late_on:
+                        lbuf.append(encode_late(o))
+                    if plot_rows is not None:
+                        plot_rows[-1] = plot_rows[-1][:3] + (True,)
+                elif o.kind == CTI_KIND:
+                    buf.append(cti_line(o.start))
+                    n_ctis += 1
+                    final = o.start
+                    if plot_ctis is not None:
+                        plot_ctis.append((len(plot_rows) - 1, o.start))
+                else:
+                    src = o.source
+                    pre = prefixes.get(src)
+                    if pre is None:
+                        pre = prefixes[src] = insert_prefix(src)
+                    buf.append(insert_line(pre, o.start, o.end if o.kind == INTERVAL else None,
+                                           o.payload))
+                    emitted[i] += 1
+                    n_emitted += 1
+            records += 1
+        write_out(b"".join(buf))
+        write_late(b"".join(lbuf))
+    plot_data = None
+    if plot:
+        rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 4)
+        cr = np.array(plot_ctis, dtype=np.int64).reshape(-1, 2)
+        plot_data = PlotData(tuple(names), rows[:, 0].astype(np.int32), rows[:, 1],
+                             rows[:, 2].astype(bool), rows[:, 3].astype(bool), cr[:, 0], cr[:, 1])
+    totals = {"records": records, "emitted": n_emitted, "ctis": n_ctis, "late": n_late,
+              "adjusted": n_adjusted, "final": final}
+    stats = _inputs(names, received, inserts, ctis, emitted, late, adjusted, last_cti)
+    return stats, per_file, totals, plot_data
+
+
+# -- columnar path ---------------------------------------------------------------------
+
+
+def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_out: _Output,
+                  plot: bool):
+    names = table.names
+    prefixes: list[bytes] = []
+    kinds, sources, starts, ends, files, sizes = [], [], [], [], [], []
+    row_bytes: list[np.ndarray] = []
+    spill = tempfile.TemporaryFile(prefix="goldilocks-replay-")
+    try:
+        # pass 1: columns in memory, each insert's canonical line spilled to disk
+        for chunk in chunks:
+            while len(prefixes) < len(names):
+                prefixes.append(insert_prefix(names[len(prefixes)]))
+            none_prefix = insert_prefix(None)
+            lines = [
+                (insert_line(prefixes[s] if s >= 0 else none_prefix, st, en if he else None, pl)
+                 if k == INSERT else b"")
+                for k, s, st, en, he, pl in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                                chunk.start.tolist(), chunk.end.tolist(),
+                                                chunk.has_end.tolist(), chunk.payload)]
+            lengths = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
+            spill.write(b"".join(lines))
+            kinds.append(chunk.kind)
+            sources.append(chunk.source)
+            starts.append(chunk.start)
+            ends.append(chunk.end)
+            files.append(chunk.file)
+            row_bytes.append(lengths)
+            sizes.append(len(chunk))
+        cat = np.concatenate
+        kind = cat(kinds) if kinds else np.zeros(0, np.int8)
+        source = cat(sources) if sources else np.zeros(0, np.int32)
+        start = cat(starts) if starts else np.zeros(0, np.int64)
+        end = cat(ends) if ends else np.zeros(0, np.int64)
+        file_col = cat(files) if files else np.zeros(0, np.int32)
+        del kinds, sources, starts, ends, files
+        n = len(kind)
+        timed = kind <= CTI
+        all_timed = bool(timed.all())
+        is_cti = kind == CTI
+        if all_timed:
+            action, cti = pol.run_columns(is_cti, start, end)  # type: ignore[attr-defined]
+        else:
+            a, c = pol.run_columns(is_cti[timed], start[timed], end[timed])  # type: ignore[attr-defined]
+            action = np.full(n, _NO_ACTION, np.int8)
+            cti = np.zeros(n, np.int64)
+            action[timed] = a
+            cti[timed] = c
+        action = np.asarray(action, np.int8)
+        cti = np.asarray(cti, np.int64)
+
+        # statistics, vectorised (index = source code + 1)
+        width = len(names) + 1
+        code = source.astype(np.int64) + 1
+
+        def count(mask: np.ndarray) -> np.ndarray:
+            return np.bincount(code[mask], minlength=width)
+
+        received = count(timed)
+        inserts = count(kind == INSERT)
+        ctis_in = count(is_cti)
+        is_emit = (action == EMIT) | (action == EMIT_ADJUSTED)
+        emitted = count(is_emit)
+        is_late = (action == DROP_LATE) | (action == EMIT_ADJUSTED)
+        late = count(is_late)
+        adjusted = count(action == EMIT_ADJUSTED)
+        cti_rows = np.flatnonzero(is_cti)
+        rev_codes = source[cti_rows][::-1]
+        uniq, first = np.unique(rev_codes, return_index=True)
+        last_vals = start[cti_rows][::-1][first]
+        last_cti = {int(c): int(v) for c, v in zip(uniq.tolist(), last_vals.tolist())}
+        emit_cti_rows = np.flatnonzero(action == CTI_EMIT)
+        totals = {"records": n, "emitted": int(is_emit.sum()), "ctis": len(emit_cti_rows),
+                  "late": int(is_late.sum()), "adjusted": int(adjusted.sum()),
+                  "final": int(cti[emit_cti_rows[-1]]) if len(emit_cti_rows) else None}
+        per_file = {int(f): int(c) for f, c in
+                    enumerate(np.bincount(file_col, minlength=1).tolist()) if c}
+
+        # pass 2: stream the spilled lines back, choosing by decision
+        spill.seek(0)
+        late_on = late_out.file is not None
+        row = 0
+        for size, lengths in zip(sizes, row_bytes):
+            blob = spill.read(int(lengths.sum()))
+            act = action[row:row + size]
+            special = np.flatnonzero(act != EMIT)
+            if not len(special):
+                out.write(blob)
+                row += size
+                continue
+            offsets = np.zeros(size + 1, np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            parts: list[bytes] = []
+            lparts: list[bytes] = []
+            pos = 0
+            for i, a in zip(special.tolist(), act[special].tolist()):
+                o = int(offsets[i])
+                if o > pos:
+                    parts.append(blob[pos:o])
+                pos = int(offsets[i + 1])
+                if a == CTI_EMIT:
+                    parts.append(cti_line(int(cti[row + i])))
+                elif a == DROP_LATE:
+                    if late_on:
+                        lparts.append(late_line(blob[o:pos], int(cti[row + i]), "dropped", None))
+                elif a == EMIT_ADJUSTED:
+                    line = blob[o:pos]
+                    new = int(cti[row + i])
+                    s = int(source[row + i])
+                    p = len(prefixes[s]) if s >= 0 else len(insert_prefix(None))
+                    q = line.find(b",", p)
+                    parts.append(b"%b%d%b" % (line[:p], new, line[q:]))
+                    if late_on:
+                        lparts.append(late_line(line, new, "adjusted", new))
+            parts.append(blob[pos:])
+            out.write(b"".join(parts))
+            late_out.write(b"".join(lparts))
+            row += size
+    finally:
+        spill.close()
+    plot_data = None
+    if plot:
+        keep = timed
+        rows_index = np.cumsum(keep) - 1
+        plot_data = PlotData(tuple(names), source[keep], start[keep], is_cti[keep], is_late[keep],
+                             rows_index[emit_cti_rows], cti[emit_cti_rows])
+    stats = _inputs(names, received, inserts, ctis_in, emitted, late, adjusted, last_cti)
+    return stats, per_file, totals, plot_data
