@@ -72,7 +72,9 @@ def _datetime_to_ns(value: _dt.datetime, what: str) -> int:
             f"{what}: naive datetime {value.isoformat()!r} has no time zone; "
             "expected an aware datetime (e.g. with tzinfo=timezone.utc)"
         )
-    delta = value - _EPOCH
+    # datetime's own subtraction: a pendulum DateTime's returns an Interval whose components
+    # are off by microseconds before the epoch.
+    delta = _dt.datetime.__sub__(value, _EPOCH)
     return (delta.days * 86400 + delta.seconds) * NS_PER_S + delta.microseconds * NS_PER_US
 
 
@@ -131,7 +133,10 @@ _OFFSET = re.compile(r"(Z|z|[+-]\d{2}(:?\d{2})?)$")
 
 
 def _has_offset(text: str) -> bool:
-    return "T" in text.upper() and bool(_OFFSET.search(text)) or bool(re.search(r" [+-]\d{2}:\d{2}$", text))
+    # The offset ends the time of day, which follows the date after a 'T' or a space
+    # ('2026-11-22 08:00:00+01:00' is as explicit as its 'T' form).
+    sep = max(text.upper().find("T"), text.find(" "))
+    return sep >= 0 and bool(_OFFSET.search(text[sep + 1:]))
 
 
 def to_duration_ns(value: object, *, what: str = "duration") -> int:

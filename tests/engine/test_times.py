@@ -1,0 +1,210 @@
+"""Time at the edge (TS §1.1, §1.2): instants and durations in, integer nanoseconds out."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pendulum
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.errors import InputError, TimeFormatError
+from engine.times import (
+    MAX_TIME,
+    MIN_TIME,
+    NS_PER_MS,
+    NS_PER_S,
+    NS_PER_US,
+    format_duration_ns,
+    format_ns,
+    to_duration_ns,
+    to_ns,
+)
+
+UTC = dt.timezone.utc
+T0 = 1_795_334_400 * NS_PER_S  # 2026-11-22T08:00:00Z
+MIN = 60 * NS_PER_S
+
+
+# -- instants (TS §1.1) -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, ns", [
+    (0, 0),
+    (-1, -1),
+    (T0, T0),
+    (dt.datetime(2026, 11, 22, 8, 0, tzinfo=UTC), T0),
+    (dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.timezone(dt.timedelta(hours=1))), T0),
+    (dt.datetime(2026, 11, 22, 8, 0, 0, 250, tzinfo=UTC), T0 + 250 * NS_PER_US),
+    (dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), -NS_PER_US),
+    (pendulum.datetime(2026, 11, 22, 9, 0, tz="Europe/Paris"), T0),
+    (pendulum.datetime(2026, 11, 22, 3, 0, tz="America/New_York"), T0),
+    ("2026-11-22T08:00:00Z", T0),
+    ("2026-11-22T09:00:00+01:00", T0),
+    ("2026-11-22T03:00:00-05:00", T0),
+    ("2026-11-22T09:00:00+0100", T0),
+    ("2026-11-22T09:00:00+01", T0),
+    ("2026-11-22 09:00:00+01:00", T0),
+    ("2026-11-22T08:00Z", T0),
+    ("  2026-11-22T08:00:00Z  ", T0),
+    ("2026-11-22T08:00:00.5Z", T0 + 500 * NS_PER_MS),
+    ("2026-11-22T08:00:00.000001Z", T0 + 1_000),
+    ("2026-11-22T08:00:00.000000001Z", T0 + 1),
+    ("2026-11-22T08:00:00.123456789Z", T0 + 123_456_789),
+    ("2026-11-22T08:00:00.0000009Z", T0 + 900),
+    ("1970-01-01T00:00:00.000000001Z", 1),
+    ("1969-12-31T23:59:59.999999999Z", -1),
+])
+def test_to_ns_accepts(value, ns):
+    assert to_ns(value) == ns
+
+
+def test_int_subclass_is_a_plain_int():
+    class Ticks(int):
+        pass
+
+    result = to_ns(Ticks(5))
+    assert result == 5 and type(result) is int
+
+
+def _error(fn, value, **kwargs):
+    with pytest.raises(TimeFormatError) as info:
+        fn(value, **kwargs)
+    assert isinstance(info.value, InputError) and isinstance(info.value, ValueError)
+    return str(info.value)
+
+
+def test_naive_datetime_is_refused():  # TS §1.2
+    message = _error(to_ns, dt.datetime(2026, 11, 22, 8, 0), what="start of event 12")
+    assert message.startswith("start of event 12: naive datetime '2026-11-22T08:00:00'")
+    assert "expected an aware datetime" in message
+
+
+@pytest.mark.parametrize("text", ["2026-11-22T08:00:00", "2026-11-22 08:00:00",
+                                  "2026-11-22T08:00:00.123"])
+def test_string_without_offset_is_refused(text):  # TS §1.2
+    message = _error(to_ns, text, what="--until")
+    assert message.startswith(f"--until: {text!r} has no UTC offset")
+    assert "expected 'Z' or an offset" in message
+
+
+def test_date_only_is_refused():
+    message = _error(to_ns, "2026-11-22")
+    assert "'2026-11-22' is a date, not an instant" in message
+    assert "expected a date and time with an offset" in message
+
+
+@pytest.mark.parametrize("text", ["garbage", "", "2026-13-40T08:00:00Z", "yesterday"])
+def test_unparseable_string_is_refused(text):
+    message = _error(to_ns, text)
+    assert f"cannot parse {text!r} as an ISO-8601 instant" in message
+    assert "expected e.g." in message
+
+
+@pytest.mark.parametrize("value, type_name", [(1.5, "float"), (None, "NoneType"),
+                                              (dt.date(2026, 11, 22), "date")])
+def test_other_types_are_refused(value, type_name):
+    message = _error(to_ns, value)
+    assert f"{value!r} of type {type_name} is not an instant" in message
+    assert "expected int nanoseconds" in message
+
+
+def test_bool_is_refused():
+    assert "True is a bool; expected an instant" in _error(to_ns, True)
+
+
+def test_parse_error_keeps_its_cause():
+    with pytest.raises(TimeFormatError) as info:
+        to_ns("garbage")
+    assert info.value.__cause__ is not None
+
+
+# -- durations --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, ns", [
+    (0, 0),
+    (250, 250),
+    ("5m", 5 * MIN),
+    ("5min", 5 * MIN),
+    ("1h30m", 90 * MIN),
+    ("1h 30m", 90 * MIN),
+    ("PT5M", 5 * MIN),
+    ("pt5m", 5 * MIN),
+    ("PT1H30M", 90 * MIN),
+    ("P1DT2H", 26 * 60 * MIN),
+    ("PT0.5S", 500 * NS_PER_MS),
+    ("250ms", 250 * NS_PER_MS),
+    ("1.5s", 1500 * NS_PER_MS),
+    ("10us", 10 * NS_PER_US),
+    ("10µs", 10 * NS_PER_US),
+    ("7ns", 7),
+    ("2d", 2 * 86400 * NS_PER_S),
+    ("0s", 0),
+    (dt.timedelta(minutes=5), 5 * MIN),
+    (dt.timedelta(microseconds=1), NS_PER_US),
+    (pendulum.duration(hours=1, minutes=30), 90 * MIN),
+])
+def test_to_duration_ns_accepts(value, ns):
+    assert to_duration_ns(value) == ns
+
+
+@pytest.mark.parametrize("value", [-1, dt.timedelta(seconds=-1), pendulum.duration(minutes=-5)])
+def test_negative_duration_is_refused(value):
+    message = _error(to_duration_ns, value, what="goldilocks: delay")
+    assert message.startswith(f"goldilocks: delay: {value!r} is negative")
+    assert "expected a duration >= 0" in message
+
+
+@pytest.mark.parametrize("text", ["-5m", "5x", "m5", "5m garbage", "five minutes", "1h30"])
+def test_unparseable_duration_is_refused(text):
+    message = _error(to_duration_ns, text, what="--delay")
+    assert message.startswith(f"--delay: cannot parse {text!r} as a duration")
+    assert "expected ISO-8601 ('PT5M') or a compact form" in message
+
+
+def test_empty_and_iso_errors_name_the_value():
+    assert "empty string is not a duration; expected e.g. '5m'" in _error(to_duration_ns, "  ")
+    message = _error(to_duration_ns, "PTxM")
+    assert "cannot parse 'PTxM' as an ISO-8601 duration (expected e.g. 'PT5M')" in message
+    message = _error(to_duration_ns, "P1M")
+    assert "'P1M' uses years or months" in message and "expected days or smaller" in message
+
+
+def test_duration_of_other_types_is_refused():
+    assert "1.5 of type float is not a duration" in _error(to_duration_ns, 1.5)
+    assert "False is a bool; expected a duration" in _error(to_duration_ns, False)
+
+
+# -- formatting -------------------------------------------------------------------------------
+
+def test_format_ns():
+    assert format_ns(0) == "1970-01-01T00:00:00.000000000Z"
+    assert format_ns(T0 + 1) == "2026-11-22T08:00:00.000000001Z"
+    assert format_ns(-1) == "1969-12-31T23:59:59.999999999Z"
+    assert (format_ns(MIN_TIME), format_ns(MAX_TIME)) == ("-inf", "+inf")
+
+
+def test_format_duration_ns():
+    assert format_duration_ns(0) == "0s"
+    assert format_duration_ns(90 * MIN) == "1h30m"
+    assert format_duration_ns(86400 * NS_PER_S + 250 * NS_PER_MS + 3) == "1d250ms3ns"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(MIN_TIME + 1, MAX_TIME - 1))
+def test_format_ns_round_trips(ns):
+    assert to_ns(format_ns(ns)) == ns
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**6 * 86400 * NS_PER_S))
+def test_format_duration_ns_round_trips(ns):
+    assert to_duration_ns(format_duration_ns(ns)) == ns
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.datetimes(min_value=dt.datetime(1678, 1, 1), max_value=dt.datetime(2261, 12, 31),
+                    timezones=st.just(UTC)))
+def test_aware_datetime_and_its_iso_string_agree(value):
+    assert to_ns(value) == to_ns(value.isoformat())
+    assert to_ns(value) == to_ns(pendulum.instance(value))
