@@ -1,0 +1,119 @@
+"""The temporal event model: shapes, conversion at the edge (TS §1.1–§1.3), value semantics."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+
+import pendulum
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.errors import InputError, TimeFormatError
+from engine.event import (
+    ADJUSTED,
+    CTI,
+    DROPPED,
+    INTERVAL,
+    KINDS,
+    POINT,
+    Event,
+    LateRecord,
+)
+from engine.times import MAX_TIME, MIN_TIME, NS_PER_S
+
+UTC = dt.timezone.utc
+
+
+def test_point_lasts_one_tick():
+    e = Event.point(5, payload="x", source="A")
+    assert (e.kind, e.start, e.end, e.payload, e.source) == (POINT, 5, 6, "x", "A")
+    assert not e.is_cti
+
+
+def test_interval_and_cti_shapes():
+    i = Event.interval(1, 10, payload=[1], source="B")
+    assert (i.kind, i.start, i.end) == (INTERVAL, 1, 10)
+    c = Event.cti(8, source="A")
+    assert (c.kind, c.start, c.end, c.payload, c.is_cti) == (CTI, 8, None, None, True)
+    assert Event.cti_infinity().start == MAX_TIME
+    assert KINDS == (POINT, INTERVAL, CTI)
+
+
+def test_constructors_convert_at_the_edge():  # TS §1.1
+    t = dt.datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
+    ns = 1_795_334_400 * NS_PER_S
+    assert Event.point(t).start == ns
+    assert Event.point(pendulum.instance(t)).start == ns
+    assert Event.cti("2026-11-22T09:00:00+01:00").start == ns
+    assert Event.interval("2026-11-22T08:00:00Z", "2026-11-22T08:00:00.000000001Z").end == ns + 1
+
+
+def test_naive_time_is_refused_naming_the_field():  # TS §1.2
+    with pytest.raises(TimeFormatError, match="^point event time: naive datetime"):
+        Event.point(dt.datetime(2026, 11, 22, 8, 0))
+    with pytest.raises(TimeFormatError, match="^interval end: '2026-11-22T08:00:00' has no UTC"):
+        Event.interval("2026-11-22T07:00:00Z", "2026-11-22T08:00:00")
+    with pytest.raises(TimeFormatError, match="^CTI time: cannot parse 'soon'"):
+        Event.cti("soon")
+
+
+@pytest.mark.parametrize("start, end", [(5, 5), (5, 4), ("1970-01-01T00:00:01Z", 10**9)])
+def test_interval_end_must_be_after_start(start, end):  # TS §1.3
+    with pytest.raises(InputError) as info:
+        Event.interval(start, end)
+    message = str(info.value)
+    assert f"end {end!r}" in message and f"start {start!r}" in message
+    assert "expected end > start" in message
+
+
+def test_equality_hash_and_repr():
+    a = Event.point(5, payload="x", source="A")
+    assert a == Event.point(5, payload="x", source="A")
+    assert a != Event.point(5, payload="x", source="B")
+    assert a != Event.interval(5, 6, payload="x", source="A")
+    assert hash(a) == hash(Event.point(5, payload="x", source="A"))
+    assert (a == (POINT, 5, 6, "x", "A")) is False
+    assert repr(a) == "Event.point(5, payload='x', source='A')"
+    assert repr(Event.interval(1, 3)) == "Event.interval(1, 3)"
+    assert repr(Event.cti(7, source="A")) == "Event.cti(7, source='A')"
+
+
+def test_unhashable_payload_still_hashes():
+    e = Event.point(1, payload={"k": [1]})
+    assert hash(e) == hash(Event.point(1, payload={"k": [1]}))
+
+
+def test_copies():
+    e = Event.interval(1, 10, payload="p", source="A")
+    assert e.with_start(4) == Event.interval(4, 10, payload="p", source="A")
+    assert e.with_source(None) == Event.interval(1, 10, payload="p")
+    assert e == Event.interval(1, 10, payload="p", source="A")  # unchanged
+
+
+def test_late_record():
+    e = Event.interval(1, 10, source="B")
+    clipped = e.with_start(5)
+    r = LateRecord("B", e, 5, ADJUSTED, clipped)
+    assert r == LateRecord("B", e, 5, ADJUSTED, clipped)
+    assert r != LateRecord("B", e, 5, DROPPED)
+    assert hash(r) == hash(LateRecord("B", e, 5, ADJUSTED, clipped))
+    assert "action='adjusted'" in repr(r) and "adjusted=Event.interval(5, 10" in repr(r)
+    assert repr(LateRecord("B", e, 5, DROPPED)).endswith("action='dropped')")
+
+
+times = st.integers(MIN_TIME, MAX_TIME - 1)
+events = st.one_of(
+    st.builds(lambda t, s: Event.point(t, payload=s, source=s), times, st.none() | st.text(max_size=3)),
+    st.builds(lambda t, n: Event.interval(t, min(t + n, MAX_TIME)), times, st.integers(1, 10**12)),
+    st.builds(Event.cti, times),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events)
+def test_events_and_late_records_pickle(e):
+    assert pickle.loads(pickle.dumps(e)) == e
+    r = LateRecord(e.source, e, 0, DROPPED)
+    assert pickle.loads(pickle.dumps(r)) == r
