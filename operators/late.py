@@ -1,0 +1,141 @@
+"""The late side output: every dropped or adjusted event as a ``LateRecord`` (TS §3.3).
+
+A ``LateOutput`` is a hot publisher with a bounded buffer. Records wait in it (even with no
+subscriber) until taken; when it is full, the newest record is not kept but *counted* in
+``overflow`` — nothing disappears without a trace. One subscriber at a time; a subscriber that
+arrives after the stream ended gets what is left, then the terminal signal.
+
+Memory: O(``capacity``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, NamedTuple
+
+from engine.errors import ClosedError
+from engine.event import LateRecord
+from engine.executors import INLINE
+from engine.sources import failed
+from engine.subscription import SubscriptionBase, check_subscriber
+
+__all__ = ["LateOutput", "LateStats"]
+
+
+class LateStats(NamedTuple):
+    records: int    # records produced in all
+    buffered: int   # waiting now
+    peak: int       # most ever waiting
+    capacity: int   # the bound
+    overflow: int   # records not kept because the buffer was full (counted, TS §3.3)
+
+
+class _LateSubscription(SubscriptionBase):
+    __slots__ = ("_owner",)
+
+    def __init__(self, subscriber: Any, owner: LateOutput) -> None:
+        super().__init__(subscriber, INLINE)
+        self._owner = owner
+
+    def _emit(self, subscriber: Any, limit: int) -> int:
+        buffer = self._owner._buffer
+        on_next = subscriber.on_next
+        count = 0
+        while count < limit and buffer and not self._cancelled:
+            record = buffer.popleft()
+            try:
+                on_next(record)
+            except Exception as err:
+                self._subscriber_failed("on_next", err)
+                return count
+            count += 1
+        return count
+
+    def _drained(self) -> bool:
+        return not self._owner._buffer
+
+    def _on_finish(self, cancelled: bool) -> None:
+        self._owner._detach(self)
+
+
+class LateOutput:
+    """A bounded, hot publisher of ``LateRecord`` (see the module docstring)."""
+
+    def __init__(self, capacity: int = 10_000, *, name: str = "late") -> None:
+        if capacity <= 0:
+            raise ValueError(f"{name}: capacity must be > 0, got {capacity}")
+        self.capacity = capacity
+        self.name = name
+        self._buffer: deque[LateRecord] = deque()
+        self._lock = threading.Lock()
+        self._subscription: _LateSubscription | None = None
+        self._records = 0
+        self._peak = 0
+        self._overflow = 0
+        self._error: BaseException | None = None
+        self._completed = False
+
+    def push(self, record: LateRecord) -> None:
+        """Add a record (any thread); counted in ``overflow`` when the buffer is full."""
+        with self._lock:
+            self._records += 1
+            if len(self._buffer) >= self.capacity:
+                self._overflow += 1
+                return
+            self._buffer.append(record)
+            if len(self._buffer) > self._peak:
+                self._peak = len(self._buffer)
+            subscription = self._subscription
+        if subscription is not None:
+            subscription.signal()
+
+    def complete(self) -> None:
+        with self._lock:
+            self._completed = True
+            subscription = self._subscription
+        if subscription is not None:
+            subscription._completed = True
+            subscription.signal()
+
+    def error(self, error: BaseException) -> None:
+        with self._lock:
+            self._error = error
+            subscription = self._subscription
+        if subscription is not None:
+            subscription._error = error
+            subscription.signal()
+
+    def subscribe(self, subscriber: Any) -> None:
+        check_subscriber(subscriber)  # RS §1.9
+        with self._lock:
+            busy = self._subscription is not None
+            if not busy:
+                subscription = self._subscription = _LateSubscription(subscriber, self)
+                subscription._completed = self._completed
+                subscription._error = self._error
+        if busy:
+            failed(ClosedError(f"{self.name}: already has a subscriber; one at a time"))\
+                .subscribe(subscriber)
+            return
+        subscription.start()
+
+    def drain(self) -> list[LateRecord]:
+        """Take every buffered record at once (for callers that poll instead of subscribing)."""
+        with self._lock:
+            records = list(self._buffer)
+            self._buffer.clear()
+        return records
+
+    def stats(self) -> LateStats:
+        with self._lock:
+            return LateStats(self._records, len(self._buffer), self._peak, self.capacity,
+                             self._overflow)
+
+    def _detach(self, subscription: _LateSubscription) -> None:
+        with self._lock:
+            if self._subscription is subscription:
+                self._subscription = None
+
+    def __repr__(self) -> str:
+        return f"LateOutput({self.name!r}, capacity={self.capacity})"

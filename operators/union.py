@@ -1,0 +1,667 @@
+"""``Union``: merge a changing set of input publishers into one stream on one clock.
+
+::
+
+    union = Union(policy=goldilocks("5m"), final_cti=True)
+    a = union.add(device_a, name="A")          # any thread, any time
+    b = union.open_input("B")                  # an emitter for imperative producers
+    union.subscribe(subscriber)                # one subscriber at a time (see broadcast)
+    union.late.subscribe(late_sink)            # dropped / adjusted events (TS §3.3)
+    b.try_send(Event.point(t)); await b.send(e); b.send_blocking(e, timeout=1.0)
+    a.remove(); b.complete(); union.close()    # completes when closed and all inputs left
+
+Marble timeline (delay 5, goldilocks)::
+
+    A:      5 ---- |5 ---------- 7 -- |8 --------
+    B:      -- 0 ------- |0 ------------------ 1
+    out:    5 -0 - |0 ---------- 7 -- |3 ------   (B's 1 < CTI 3: late, to union.late)
+
+How it works. Every arrival — an event, an input joining, an input leaving — goes into one
+queue in arrival order (TS §4.1). One drain loop (the output subscription's) takes arrivals
+from it, runs the policy's pure step (``engine.policy``), and emits while downstream demand
+lasts (RS §1.1); late records go to the side output. Inputs get credit: each at most
+``prefetch`` events requested-or-queued, and all together at most ``max_buffered`` (TS §4.4),
+so producer churn cannot exhaust memory; credit is replenished as events leave the queue.
+
+The union is hot: it keeps merging (within its bounds) while no one is subscribed, and a new
+subscriber continues where the previous one cancelled. After the union ends, a subscriber gets
+the terminal signal at once. ``stats()`` is cheap and frozen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from typing import Any, NamedTuple
+
+from engine.contracts import MAX_DEMAND
+from engine.errors import ClosedError, InputError
+from engine.event import ADJUSTED, CTI, Event
+from engine.executors import INLINE, as_executor
+from engine.policy import Policy
+from engine.sources import failed
+from engine.subscription import SubscriptionBase, check_subscriber
+from engine.times import MAX_TIME
+from engine.violations import report_violation
+
+from operators.late import LateOutput, LateStats
+
+__all__ = ["Union", "InputHandle", "Emitter", "InputStats", "UnionStats",
+           "ACTIVE", "COMPLETED", "FAILED", "REMOVED"]
+
+ACTIVE = "active"
+COMPLETED = "completed"
+FAILED = "failed"
+REMOVED = "removed"
+
+_JOIN = object()   # arrival markers: the policy sees joins and leaves in arrival order
+_LEAVE = object()
+
+
+class InputStats(NamedTuple):
+    """One input's accounting (TS §3.4: received = emitted + dropped + queued)."""
+
+    name: str
+    state: str
+    received: int
+    emitted: int
+    dropped: int
+    adjusted: int
+    last_cti: int | None
+    lag: int | None          # output CTI − this input's last CTI, in ns (positive: behind)
+    buffered: int            # arrived, not yet merged
+    peak_buffered: int
+    prefetch: int            # the per-input bound
+    error: BaseException | None
+    discarded: int           # arrived after remove() cancelled the input (RS §2.8)
+
+
+class UnionStats(NamedTuple):
+    inputs: tuple[InputStats, ...]   # active inputs and those that left, oldest first
+    received: int
+    emitted: int                     # inserts emitted (adjusted included)
+    ctis: int                        # CTIs emitted
+    dropped: int
+    adjusted: int
+    output_cti: int | None
+    buffered: int
+    peak_buffered: int
+    max_buffered: int                # the total bound
+    late: LateStats
+    closed: bool
+    done: bool
+
+    def input(self, name: str) -> InputStats:
+        for stats in reversed(self.inputs):
+            if stats.name == name:
+                return stats
+        raise KeyError(name)
+
+
+class _Input:
+    """One input's state; also its inner subscriber."""
+
+    __slots__ = ("name", "union", "subscription", "state", "error", "requested", "received",
+                 "processed", "emitted", "dropped", "adjusted", "last_cti", "peak", "prefetch",
+                 "left", "discarded", "low_water", "_credit_cond", "_waiters")
+
+    def __init__(self, union: Union, name: str, prefetch: int) -> None:
+        self.name = name
+        self.union = union
+        self.subscription: Any = None
+        self.state = ACTIVE
+        self.error: BaseException | None = None
+        self.requested = 0   # credit granted in all
+        self.received = 0    # events arrived (touched only by this input's signals, RS §1.3)
+        self.processed = 0   # events merged (touched only by the drain)
+        self.emitted = 0
+        self.dropped = 0
+        self.adjusted = 0
+        self.last_cti: int | None = None
+        self.peak = 0
+        self.prefetch = prefetch
+        self.low_water = prefetch // 2  # credit is topped up when what it holds falls to this
+        self.left = False    # no more arrivals will come
+        self.discarded = 0   # arrived after remove() (RS §2.8), counted but not merged
+        self._credit_cond: threading.Condition | None = None
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    # ---------------------------------------------------------------- inner subscriber
+    def on_subscribe(self, subscription: Any) -> None:
+        if subscription is None:
+            raise TypeError("RS §2.13: on_subscribe() requires a subscription, got None")
+        if self.subscription is not None:
+            subscription.cancel()  # RS §2.5
+            report_violation("RS §2.5", f"union input {self.name!r}: second on_subscribe; "
+                             "cancelled it", party=subscription)
+            return
+        self.subscription = subscription
+        if self.left:
+            subscription.cancel()
+            return
+        self.union._grant()
+
+    def on_next(self, event: Any) -> None:
+        if event is None:
+            raise TypeError("RS §2.13: on_next() requires an event, got None")
+        if self.left:
+            # RS §2.8: events may still arrive after remove() cancelled; counted, not merged
+            self.discarded += 1
+            return
+        received = self.received + 1
+        if received > self.requested:
+            report_violation("RS §1.1", f"union input {self.name!r} sent event {received} but "
+                             f"only {self.requested} were requested", party=self.subscription)
+        self.received = received
+        buffered = received - self.processed
+        if buffered > self.peak:
+            self.peak = buffered
+        if event.__class__ is not Event:
+            event = self.union._reject(self, event)
+        elif event.source != self.name:
+            event = Event(event.kind, event.start, event.end, event.payload, self.name)
+        self.union._arrive(self, event)
+
+    def on_error(self, error: BaseException) -> None:
+        if error is None:
+            raise TypeError("RS §2.13: on_error() requires an exception, got None")
+        self.union._leave(self, FAILED, error)
+
+    def on_complete(self) -> None:
+        self.union._leave(self, COMPLETED, None)
+
+    def __repr__(self) -> str:
+        return f"<union input {self.name!r}>"
+
+    # ---------------------------------------------------------------- emitter credit
+    def _wake_senders(self) -> None:
+        cond = self._credit_cond
+        if cond is not None:
+            with cond:
+                cond.notify_all()
+        waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:
+                pass
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class InputHandle:
+    """What ``Union.add`` returns: the input's ``name``, ``stats()`` and ``remove()``."""
+
+    __slots__ = ("_input",)
+
+    def __init__(self, inp: _Input) -> None:
+        self._input = inp
+
+    @property
+    def name(self) -> str:
+        return self._input.name
+
+    def stats(self) -> InputStats:
+        return self._input.union._input_stats(self._input)
+
+    def remove(self) -> None:
+        """Take the input out: its subscription is cancelled; what already arrived is merged."""
+        self._input.union._remove(self._input)
+
+    def __repr__(self) -> str:
+        return f"InputHandle({self.name!r})"
+
+
+class _EmitterSubscription:
+    """The subscription between an ``Emitter`` and its union: credit in, cancel in."""
+
+    __slots__ = ("_input",)
+
+    def __init__(self, inp: _Input) -> None:
+        self._input = inp
+
+    def request(self, n: int) -> None:
+        self._input._wake_senders()
+
+    def cancel(self) -> None:
+        self._input._wake_senders()
+
+
+class Emitter(InputHandle):
+    """An input fed imperatively: ``send`` waits for credit without blocking a thread (the
+    asynchronous semaphore of seed 003), ``try_send`` never waits, ``send_blocking`` blocks a
+    thread up to ``timeout``. Credit is the union's demand for this input (its ``prefetch``
+    and the union's total bound): a slow consumer slows the producer."""
+
+    __slots__ = ()
+
+    def _credit(self) -> int:
+        inp = self._input
+        return inp.requested - inp.received
+
+    def _check_open(self) -> None:
+        if self._input.left:
+            raise ClosedError(f"input {self.name!r} has left the union "
+                              f"({self._input.state}); nothing more can be sent")
+
+    def try_send(self, event: Event) -> bool:
+        """Send if there is credit; return False (nothing sent) if there is none."""
+        if event is None:
+            raise TypeError("try_send() requires an event, got None")
+        self._check_open()
+        if self._credit() <= 0:
+            return False
+        self._input.on_next(event)
+        return True
+
+    async def send(self, event: Event) -> None:
+        """Send, first waiting (on the running loop, no thread blocked) for credit."""
+        if event is None:
+            raise TypeError("send() requires an event, got None")
+        inp = self._input
+        while True:
+            self._check_open()
+            if self._credit() > 0:
+                inp.on_next(event)
+                return
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+            inp._waiters.append((loop, future))
+            if self._credit() > 0 or inp.left:  # credit arrived meanwhile: don't wait
+                _resolve(future)
+            await future
+
+    def send_blocking(self, event: Event, timeout: float | None = None) -> bool:
+        """Send from a thread, blocking up to ``timeout`` s for credit; False if it timed out."""
+        if event is None:
+            raise TypeError("send_blocking() requires an event, got None")
+        inp = self._input
+        cond = inp._credit_cond
+        if cond is None:
+            cond = inp._credit_cond = threading.Condition()
+        with cond:
+            if not cond.wait_for(lambda: self._credit() > 0 or inp.left, timeout):
+                return False
+        self._check_open()
+        inp.on_next(event)
+        return True
+
+    def complete(self) -> None:
+        """This producer is done: the input leaves once its events are merged."""
+        self._input.on_complete()
+
+    def error(self, error: BaseException) -> None:
+        """This producer failed: the input leaves with ``error`` in its stats."""
+        self._input.on_error(error)
+
+    def __repr__(self) -> str:
+        return f"Emitter({self.name!r})"
+
+
+class _Output(SubscriptionBase):
+    """The union's output subscription: its drain loop is the merge (see module docstring)."""
+
+    __slots__ = ("_union",)
+
+    def __init__(self, subscriber: Any, union: Union) -> None:
+        super().__init__(subscriber, union._executor)
+        self._union = union
+
+    def _emit(self, subscriber: Any, limit: int) -> int:
+        return self._union._merge(self, subscriber, limit)
+
+    def _drained(self) -> bool:
+        union = self._union
+        if not union._pending and union._queue:
+            # Settle without demand: joins, leaves, suppressed CTIs and late events produce no
+            # element, so they must not wait for a request; stop at the first element (RS §1.1).
+            union._merge(self, _PendingSink(union._pending), 1)
+        return union._finished_merging()
+
+    def _on_finish(self, cancelled: bool) -> None:
+        self._union._detach(self, cancelled)
+
+
+class _PendingSink:
+    """Stands in for the subscriber while settling: elements wait in the union's pending queue."""
+
+    __slots__ = ("on_next",)
+
+    def __init__(self, pending: deque[Event]) -> None:
+        self.on_next = pending.append
+
+
+class Union:
+    """A hot publisher merging dynamic inputs under a time policy (see the module docstring).
+
+    ``policy``: any ``engine.policy.Policy`` (``goldilocks(delay)``, ``min_policy()``, …).
+    ``prefetch``: per-input credit. ``max_buffered``: total credit across inputs (TS §4.4).
+    ``late_capacity``: the late side output's buffer. ``fail_on_input_error``: an input's error
+    fails the union instead of only removing that input. ``final_cti``: end with a CTI at +∞.
+    ``executor``: where the merge runs (``None``: on whichever thread signals, trampolined).
+    """
+
+    def __init__(self, policy: Policy, *, prefetch: int = 256, max_buffered: int = 65_536,
+                 late_capacity: int = 10_000, fail_on_input_error: bool = False,
+                 final_cti: bool = False, executor: object = None,
+                 name: str = "union") -> None:
+        if policy is None or not callable(getattr(policy, "step", None)):
+            raise TypeError(f"{name}: policy must provide initial/step/join/leave, "
+                            f"got {policy!r}")
+        if prefetch <= 0 or max_buffered <= 0:
+            raise ValueError(f"{name}: prefetch and max_buffered must be > 0, got "
+                             f"{prefetch} and {max_buffered}")
+        self.policy = policy
+        self.name = name
+        self.prefetch = prefetch
+        self.max_buffered = max_buffered
+        self.fail_on_input_error = fail_on_input_error
+        self.final_cti = final_cti
+        self.late = LateOutput(late_capacity, name=f"{name}.late")
+        self._executor = as_executor(executor) if executor is not None else INLINE
+        self._lock = threading.Lock()
+        self._state = policy.initial()
+        self._queue: deque[tuple[_Input, Any]] = deque()
+        self._pending: deque[Event] = deque()  # outputs of one step beyond the demand
+        self._inputs: dict[int, _Input] = {}   # live or still queued, by id
+        self._history: list[_Input] = []       # every input ever added, for stats
+        self._names: set[str] = set()
+        self._output: _Output | None = None
+        self._closed = False
+        self._final_sent = False
+        self._done = False
+        self._error: BaseException | None = None
+        self._output_cti: int | None = None
+        self._ctis = 0
+        self._peak = 0
+        self._rotate = 0
+        self._starved = False  # some input waits for credit the total bound withheld
+
+    # ================================================================ inputs
+    def add(self, publisher: Any, *, name: str | None = None,
+            prefetch: int | None = None) -> InputHandle:
+        """Merge ``publisher``'s events as input ``name`` (any thread, any time)."""
+        if publisher is None:
+            raise TypeError(f"{self.name}.add() requires a publisher, got None")
+        inp = self._new_input(name, prefetch)
+        publisher.subscribe(inp)
+        return InputHandle(inp)
+
+    def open_input(self, name: str, *, prefetch: int | None = None) -> Emitter:
+        """An input fed imperatively through the returned ``Emitter``."""
+        inp = self._new_input(name, prefetch)
+        inp.on_subscribe(_EmitterSubscription(inp))
+        return Emitter(inp)
+
+    def _new_input(self, name: str | None, prefetch: int | None) -> _Input:
+        with self._lock:
+            if self._closed or self._done:
+                raise ClosedError(f"{self.name} is closed; no input can be added")
+            if name is None:
+                name = f"input-{len(self._history)}"
+            if not isinstance(name, str) or not name:
+                raise InputError(f"{self.name}: input name must be a non-empty string, "
+                                 f"got {name!r}")
+            if name in self._names:
+                raise InputError(f"{self.name}: an input named {name!r} is already active; "
+                                 "names of active inputs must be unique")
+            inp = _Input(self, name, prefetch or self.prefetch)
+            self._names.add(name)
+            self._inputs[id(inp)] = inp
+            self._history.append(inp)
+            self._queue.append((inp, _JOIN))
+        self._wake()
+        return inp
+
+    def _arrive(self, inp: _Input, item: Any) -> None:
+        self._queue.append((inp, item))  # deque.append is atomic; order = arrival (TS §4.1)
+        output = self._output
+        if output is not None:
+            output.signal()
+
+    def _reject(self, inp: _Input, item: Any) -> Any:
+        raise TypeError(f"union input {inp.name!r} sent {type(item).__name__} {item!r}; "
+                        "expected an engine.Event")
+
+    def _leave(self, inp: _Input, state: str, error: BaseException | None) -> None:
+        with self._lock:
+            if inp.left:
+                return
+            inp.left = True
+            inp.state = state
+            inp.error = error
+            inp.requested = inp.received  # unused credit returns to the pool
+            self._names.discard(inp.name)
+            self._queue.append((inp, _LEAVE))  # the policy sees the leave in arrival order
+        inp._wake_senders()
+        if error is not None and self.fail_on_input_error:
+            self._fail(error)
+        self._wake()
+
+    def _remove(self, inp: _Input) -> None:
+        subscription = inp.subscription
+        self._leave(inp, REMOVED, None)
+        if subscription is not None:
+            subscription.cancel()
+
+    # ================================================================ lifecycle
+    def close(self) -> None:
+        """No more inputs: the union completes once every input has left and been merged."""
+        with self._lock:
+            self._closed = True
+            output = self._output
+        if output is not None:
+            output._completed = True  # finish once drained (TS §4.3)
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self._error is not None or self._done:
+                return
+            self._error = error
+            inputs = list(self._inputs.values())
+        for inp in inputs:
+            if not inp.left and inp.subscription is not None:
+                inp.subscription.cancel()
+        output = self._output
+        if output is not None:
+            output._error = error
+            output.signal()
+        else:
+            self._terminate()
+
+    def _terminate(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self._error is not None:
+            self.late.error(self._error)
+        else:
+            self.late.complete()
+
+    def _wake(self) -> None:
+        output = self._output
+        if output is not None:
+            output.signal()
+        else:
+            self._grant()
+
+    # ================================================================ output
+    def subscribe(self, subscriber: Any) -> None:
+        check_subscriber(subscriber)  # RS §1.9
+        with self._lock:
+            busy = self._output is not None
+            if not busy:
+                output = self._output = _Output(subscriber, self)
+                if self._error is not None:
+                    output._error = self._error
+        if busy:
+            failed(ClosedError(f"{self.name} already has a subscriber; use broadcast() to "
+                               "share its output")).subscribe(subscriber)
+            return
+        if self._done and self._error is None:
+            output._completed = True
+        output._completed = output._completed or self._closed
+        output.start()
+
+    def _detach(self, output: _Output, cancelled: bool) -> None:
+        with self._lock:
+            if self._output is output:
+                self._output = None
+        if not cancelled:
+            self._terminate()
+
+    def _finished_merging(self) -> bool:
+        """Closed, every input left, everything merged and emitted (and the final CTI sent)."""
+        if not (self._closed and not self._queue and not self._pending):
+            return False
+        if self._inputs:
+            return False
+        return self._final_sent or not self.final_cti
+
+    def _merge(self, output: _Output, subscriber: Any, limit: int) -> int:
+        """Merge arrivals and emit up to ``limit`` elements. Runs only on the drain."""
+        queue = self._queue
+        pending = self._pending
+        step = self.policy.step
+        state = self._state
+        on_next = subscriber.on_next
+        count = 0
+        low = False  # an input's credit fell to its low-water mark: replenish after the loop
+        try:
+            while count < limit:
+                if pending:
+                    item = pending.popleft()
+                    on_next(item)
+                    count += 1
+                    continue
+                if not queue:
+                    break
+                inp, item = queue.popleft()
+                if item.__class__ is Event:
+                    processed = inp.processed = inp.processed + 1
+                    if inp.requested - processed == inp.low_water:
+                        low = True
+                    state, outputs = step(state, item)
+                    if item.kind == CTI:
+                        inp.last_cti = item.start
+                else:
+                    state, outputs = self._marker(inp, item, state)
+                    low = True
+                for out in outputs:
+                    if out.__class__ is Event:
+                        if out.kind == CTI:
+                            self._output_cti = out.start
+                            self._ctis += 1
+                        else:
+                            inp.emitted += 1
+                        if count < limit:
+                            on_next(out)
+                            count += 1
+                        else:
+                            pending.append(out)
+                    else:
+                        if out.action == ADJUSTED:
+                            inp.adjusted += 1
+                        else:
+                            inp.dropped += 1
+                        self.late.push(out)  # TS §3.3: every late event leaves a record
+        except Exception as err:
+            self._state = state
+            output._subscriber_failed("on_next", err)
+            return count
+        self._state = state
+        if low or self._starved:
+            self._grant()  # credit returns as arrivals leave, emitted or not (TS §4.4)
+        if count < limit and self._final_due():
+            self._final_sent = True
+            cti = Event(CTI, MAX_TIME, None, None, None)
+            self._output_cti = MAX_TIME
+            self._ctis += 1
+            try:
+                on_next(cti)
+            except Exception as err:
+                output._subscriber_failed("on_next", err)
+                return count
+            count += 1
+        return count
+
+    def _final_due(self) -> bool:
+        return (self.final_cti and not self._final_sent and self._closed and not self._inputs
+                and not self._queue and not self._pending
+                and (self._output_cti is None or self._output_cti < MAX_TIME))
+
+    def _marker(self, inp: _Input, marker: object, state: Any) -> tuple[Any, tuple]:
+        if marker is _JOIN:
+            return self.policy.join(state, inp.name)
+        # _LEAVE: the input is gone and everything it sent has been merged
+        with self._lock:
+            self._inputs.pop(id(inp), None)
+        return self.policy.leave(state, inp.name)
+
+    # ================================================================ credit (TS §4.4)
+    def _grant(self) -> None:
+        """Give inputs credit within their ``prefetch`` and the union's ``max_buffered``."""
+        grants: list[tuple[Any, int]] = []
+        with self._lock:
+            inputs = list(self._inputs.values())
+            if not inputs:
+                return
+            queued = 0
+            for inp in inputs:
+                queued += inp.requested - inp.processed
+            if queued > self._peak:
+                self._peak = queued
+            free = self.max_buffered - queued
+            self._starved = free <= 0
+            if free <= 0 or self._error is not None:
+                return
+            start = self._rotate % len(inputs)
+            self._rotate += 1
+            for inp in inputs[start:] + inputs[:start]:
+                if inp.left or inp.subscription is None:
+                    continue
+                held = inp.requested - inp.processed
+                want = inp.prefetch - held
+                if want <= 0 or held > inp.low_water:
+                    continue  # top up in batches
+                if want > free:
+                    self._starved = True  # the total bound held it back: retry as credit frees
+                n = want if want < free else free
+                inp.requested += n
+                free -= n
+                grants.append((inp.subscription, n))
+                if free <= 0:
+                    break
+        for subscription, n in grants:
+            subscription.request(n)
+
+    # ================================================================ stats
+    def _input_stats(self, inp: _Input) -> InputStats:
+        output_cti = self._output_cti
+        last = inp.last_cti
+        lag = None if output_cti is None or last is None else output_cti - last
+        return InputStats(inp.name, inp.state, inp.received, inp.emitted, inp.dropped,
+                          inp.adjusted, last, lag, inp.received - inp.processed, inp.peak,
+                          inp.prefetch, inp.error, inp.discarded)
+
+    def stats(self) -> UnionStats:
+        """Frozen per-input and total accounting; O(inputs ever added)."""
+        inputs = tuple(self._input_stats(inp) for inp in list(self._history))
+        received = sum(s.received for s in inputs)
+        buffered = sum(s.buffered for s in inputs)
+        return UnionStats(
+            inputs, received, sum(s.emitted for s in inputs), self._ctis,
+            sum(s.dropped for s in inputs), sum(s.adjusted for s in inputs), self._output_cti,
+            buffered, self._peak, self.max_buffered, self.late.stats(), self._closed,
+            self._done)
+
+    def __repr__(self) -> str:
+        return f"Union({self.policy!r}, inputs={len(self._inputs)})"
+
+
+_ = MAX_DEMAND
