@@ -111,7 +111,7 @@ delays = st.one_of(st.integers(0, 30),
                  st.sampled_from([2**62, MAX_TIME, 2**63, 2**63 + 7, 2**64 - 1, 2**64, 2**70]))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(arrivals_strategy(max_size=60), delays, st.sampled_from(["drop", "adjust"]))
 def test_columns_equal_the_step(arrivals, delay, on_late):
     for policy in (goldilocks(delay, on_late=on_late), max_policy(on_late=on_late)):

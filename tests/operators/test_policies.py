@@ -320,7 +320,7 @@ delays = st.one_of(st.integers(0, 30), st.sampled_from([2**62, 2**63, 2**70]))
 on_lates = st.sampled_from(["drop", "adjust"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(arrivals_strategy(), delays, on_lates)
 def test_goldilocks_matches_reference_and_rules(arrivals, delay, on_late):
     emitted, late = run_steps(goldilocks(delay, on_late=on_late), arrivals)
@@ -328,7 +328,7 @@ def test_goldilocks_matches_reference_and_rules(arrivals, delay, on_late):
     _check_rules(arrivals, emitted, late)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(arrivals_strategy(markers=True), on_lates)
 def test_max_matches_reference_and_rules(arrivals, on_late):
     emitted, late = run_steps(max_policy(on_late=on_late), arrivals)
@@ -336,7 +336,7 @@ def test_max_matches_reference_and_rules(arrivals, on_late):
     _check_rules(arrivals, emitted, late)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(arrivals_strategy(markers=True), on_lates)
 def test_min_matches_reference_and_rules(arrivals, on_late):
     emitted, late = run_steps(min_policy(on_late=on_late), arrivals)
