@@ -271,6 +271,9 @@ class RollingFileSink:
     ``os.replace`` as ``<prefix>-<n:06d>.jsonl``. A reader of the directory therefore never
     sees a partial part. Numbering continues after the parts already in ``directory``.
 
+    Every line carries ``"seq"`` (from ``first_seq``, continuing across parts), so the parts
+    read together merge back into the order received (TS §5.2).
+
     Demand: ``request(batch)`` at subscription, topped up to ``batch`` when half is used.
     Memory: O(1) (one open file). Errors writing a part cancel the subscription and are kept in
     ``error`` (never thrown at the publisher, RS §2.13). ``published`` lists the parts.
@@ -278,7 +281,7 @@ class RollingFileSink:
 
     def __init__(self, directory: str | os.PathLike, *, max_events: int = 100_000,
                  max_seconds: float | None = None, prefix: str = "events", batch: int = 1024,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, first_seq: int = 0) -> None:
         if directory is None or max_events is None or prefix is None or clock is None:
             raise TypeError("RollingFileSink: directory, max_events, prefix and clock must not "
                             "be None")
@@ -302,6 +305,7 @@ class RollingFileSink:
                               if name.startswith(prefix + "-") and (m := _PART.search(name))),
                              default=-1)
         self.published: list[str] = []
+        self._seq = first_seq
         self.count = 0
         self.error: BaseException | None = None
         self.done = False
@@ -329,8 +333,9 @@ class RollingFileSink:
                   and self._clock() - self._opened_at >= self.max_seconds):
                 self._publish()
                 self._open()
-            self._file.write(encode_late(item) if item.__class__ is LateRecord
-                             else encode_event(item))
+            line = encode_late(item) if item.__class__ is LateRecord else encode_event(item)
+            self._file.write(b'{"seq":%d,%b' % (self._seq, line[1:]))
+            self._seq += 1
             self._in_part += 1
             self.count += 1
         except OSError as err:

@@ -666,7 +666,8 @@ def merge_columns(paths: Sequence[str], *, table: SourceTable, bad: BadRecords,
     A row is released once no unread row of another file can sort before it: every file's
     rows are non-decreasing in key, so rows with key below the smallest "last read key" of the
     unfinished files are final. Memory: one chunk per file plus runs of equal keys.
-    ``modes`` (if given) receives each file's order-key mode (``None`` for an empty file).
+    ``modes`` (if given) is filled with each file's reading state; ``.mode`` is its order key
+    (``"arrival"``, ``"seq"``, ``"position"``, or ``None`` until its first record).
     """
     readers = []
     for i, p in enumerate(paths):
@@ -674,6 +675,8 @@ def merge_columns(paths: Sequence[str], *, table: SourceTable, bad: BadRecords,
         if not os.path.exists(state.path):
             raise InputError(f"{state.path}: no such file")
         readers.append(_FileReader(state, _READERS[log_format(state.path)](state, on_bytes)))
+    if modes is not None:
+        modes[:] = [r.state for r in readers]
     try:
         if len(readers) == 1:
             for chunk in readers[0].chunks:
@@ -682,8 +685,10 @@ def merge_columns(paths: Sequence[str], *, table: SourceTable, bad: BadRecords,
             return
         yield from _merge(readers)
     finally:
-        if modes is not None:
-            modes[:] = [r.state.mode for r in readers]
+        for r in readers:
+            close = getattr(r.chunks, "close", None)
+            if close is not None:
+                close()
 
 
 def _check_modes(readers: list[_FileReader]) -> None:

@@ -209,7 +209,12 @@ def _resolve(policy: str | Policy, delay: object, on_late: str) -> Policy:
     if isinstance(policy, str):
         if delay is None:
             delay = "5m" if policy == "goldilocks" else 0
-        return resolve_policy(policy, delay=delay, on_late=on_late)
+        try:
+            return resolve_policy(policy, delay=delay, on_late=on_late)
+        except InputError:
+            raise
+        except ValueError as err:  # an unknown name
+            raise InputError(str(err)) from err
     if delay is not None and to_duration_ns(delay) != policy.delay:
         raise InputError(f"delay={delay!r} disagrees with the given policy's delay "
                          f"{policy.delay} ns; pass one or the other")
@@ -381,9 +386,9 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
     write_late = late_out.write
     late_on = late_out.file is not None
     for chunk in chunks:
-        if paced and modes and any(m not in (None, "arrival") for m in modes):
+        if paced and any(m.mode not in (None, "arrival") for m in modes):
             raise InputError("speed: pacing needs 'arrival' times in the logs; these are "
-                             "ordered by " + ", ".join(sorted({m for m in modes if m})))
+                             "ordered by " + ", ".join(sorted({m.mode for m in modes if m.mode})))
         buf: list[bytes] = []
         lbuf: list[bytes] = []
         for f in np.unique(chunk.file).tolist():
