@@ -27,6 +27,7 @@ Output and late records are canonical JSON Lines (``docs/event-log.md``).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import tempfile
@@ -314,6 +315,10 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     late_sink = _Output(late, "late")
     bar = _Progress(path_list, progress)
     modes: list = []
+    # Parsing a chunk makes ~10^5 acyclic JSON objects; reference counting frees them, the
+    # cyclic collector only rescans them. Off during the replay (about 20% faster), restored.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         chunks = merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
                                modes=modes)
@@ -323,6 +328,8 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
             result = _run_elements(pol, chunks, table, out_sink, late_sink, plot, factor,
                                    clock or SystemClock(), modes)
     finally:
+        if collecting:
+            gc.enable()
         bar.close()
         out_sink.close()
         late_sink.close()

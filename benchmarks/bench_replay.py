@@ -1,0 +1,154 @@
+"""Replay throughput, end to end: JSON Lines and Parquet logs, columnar vs element path, and
+the columnar policy kernel next to a bare numpy implementation of the same policy.
+
+    python -m benchmarks.bench_replay            # 10 million events (several minutes)
+    python -m benchmarks.bench_replay --quick    # 500 thousand events
+
+Each measurement: one warm-up run, then ``--repeat`` (>= 5) timed runs; the table prints
+events/s for the median, best and worst run. End to end means: parse the file, merge, run
+the policy, write the output (to a file) and the late file. The generated logs are kept in
+``--dir`` (default: a temporary directory) and reused if present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.policy import resolve_policy
+from engine.replay import replay
+from engine.times import MIN_TIME
+
+__all__ = ["make_log", "main"]
+
+T0 = 1_795_334_400_000_000_000
+
+
+def make_log(path: Path, n: int, *, devices: int = 8, seed: int = 7) -> None:
+    """A JSON Lines log of ``n`` records: ``seq``, 8 devices, a CTI every 10th record, small
+    payloads, some skew so that a few percent arrive late."""
+    rng = np.random.default_rng(seed)
+    skew = rng.integers(-3_000_000_000, 3_000_000_000, devices)
+    with open(path, "wb") as f:
+        step = 1_000_000
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            i = np.arange(lo, hi)
+            dev = rng.integers(0, devices, hi - lo)
+            start = T0 + i * 1_000_000 + skew[dev] + rng.integers(-2_000_000_000, 0, hi - lo)
+            lines = [
+                (b'{"seq":%d,"source":"dev-%d","kind":"cti","start":%d}\n' % (s, d, t)
+                 if s % 10 == 9 else
+                 b'{"seq":%d,"source":"dev-%d","kind":"insert","start":%d,"payload":{"v":%d}}\n'
+                 % (s, d, t, s % 100))
+                for s, d, t in zip(i.tolist(), dev.tolist(), start.tolist())]
+            f.write(b"".join(lines))
+
+
+def to_parquet(src: Path, dst: Path) -> None:
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pj.read_json(src)
+    payload = table.column("payload")
+    text = pa.array([None if v is None else '{"v":%d}' % v["v"] for v in payload.to_pylist()],
+                    pa.string())
+    table = table.set_column(table.schema.get_field_index("payload"), "payload", text)
+    _ = pc
+    pq.write_table(table, dst, row_group_size=1 << 20)
+
+
+def bare_numpy(is_cti: np.ndarray, start: np.ndarray, delay: int):
+    """The goldilocks decision in plain numpy (drop), as a baseline for the kernel."""
+    delayed = np.where(is_cti, np.maximum(start - delay, MIN_TIME), MIN_TIME)
+    cti = np.maximum.accumulate(delayed)
+    before = np.concatenate(([MIN_TIME], cti[:-1]))
+    late = (start < before) & ~is_cti
+    advance = is_cti & (delayed > before)
+    action = np.where(is_cti, np.where(advance, 3, 4), np.where(late, 2, 0)).astype(np.int8)
+    return action, cti
+
+
+def timed(fn, repeat: int) -> list[float]:
+    fn()  # warm-up
+    out = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="500k events instead of 10M")
+    ap.add_argument("--events", type=int, default=None)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--skip-element", action="store_true", help="skip the slow element path")
+    args = ap.parse_args(argv)
+    n = args.events or (500_000 if args.quick else 10_000_000)
+    repeat = max(5, args.repeat)
+    work = Path(args.dir or tempfile.mkdtemp(prefix="bench-replay-"))
+    work.mkdir(parents=True, exist_ok=True)
+    jsonl, parquet = work / f"log-{n}.jsonl", work / f"log-{n}.parquet"
+    if not jsonl.exists():
+        print(f"generating {n:,} events -> {jsonl}", flush=True)
+        make_log(jsonl, n)
+    if not parquet.exists():
+        to_parquet(jsonl, parquet)
+    out, late = work / "out.jsonl", work / "late.jsonl"
+    size = os.path.getsize(jsonl)
+    print(f"{n:,} events; JSON Lines {size / 1e6:.0f} MB, Parquet "
+          f"{os.path.getsize(parquet) / 1e6:.0f} MB; {repeat} runs after a warm-up\n", flush=True)
+
+    rows = []
+
+    def run(label: str, path: Path, columnar: bool) -> None:
+        stats: list = []
+
+        def once() -> None:
+            stats.append(replay([path], delay="5s", out=out, late=late, columnar=columnar))
+
+        times = timed(once, repeat)
+        rows.append((label, times, stats[-1].records))
+        print(f"  {label:<34} median {stats[-1].records / statistics.median(times):>12,.0f} ev/s",
+              flush=True)
+
+    run("JSON Lines, columnar path", jsonl, True)
+    run("Parquet, columnar path", parquet, True)
+    if not args.skip_element:
+        run("JSON Lines, element path", jsonl, False)
+        run("Parquet, element path", parquet, False)
+
+    # the kernel against bare numpy, same columns, same run
+    rng = np.random.default_rng(3)
+    is_cti = rng.random(n) < 0.1
+    start = T0 + np.arange(n, dtype=np.int64) * 1_000_000 + rng.integers(-3 * 10**9, 0, n)
+    policy = resolve_policy("goldilocks", delay="5s", on_late="drop")
+    kernel = timed(lambda: policy.run_columns(is_cti, start, start + 1), repeat)
+    bare = timed(lambda: bare_numpy(is_cti, start, 5 * 10**9), repeat)
+    a1, c1 = policy.run_columns(is_cti, start, start + 1)
+    a2, c2 = bare_numpy(is_cti, start, 5 * 10**9)
+    assert (a1 == a2).all() and (c1 == c2).all(), "kernel and bare numpy disagree"
+    rows.append(("columnar kernel (goldilocks)", kernel, n))
+    rows.append(("bare numpy, same policy", bare, n))
+
+    print(f"\n{'measurement':<34} {'median ev/s':>14} {'best ev/s':>14} {'worst ev/s':>14}")
+    for label, times, count in rows:
+        print(f"{label:<34} {count / statistics.median(times):>14,.0f} "
+              f"{count / min(times):>14,.0f} {count / max(times):>14,.0f}")
+    ratio = statistics.median(bare) / statistics.median(kernel)
+    print(f"\nkernel rate / bare numpy rate: {ratio:.2f} (target >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()
