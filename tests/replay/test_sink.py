@@ -89,12 +89,7 @@ def test_no_partial_part_is_visible_while_writing(tmp_path):
 def test_numbering_continues_and_time_based_roll(tmp_path):
     now = [0.0]
     first = RollingFileSink(tmp_path, max_events=100, max_seconds=1.0, clock=lambda: now[0])
-    items = _events(6)
-
-    class Ticking(ListPublisher):
-        pass
-
-    pub = ListPublisher(items)
+    pub = ListPublisher(_events(6))
     original = first.on_next
 
     def on_next(item):
@@ -130,7 +125,6 @@ def test_rs_2_13_none_arguments_raise_type_error(tmp_path):
 
 def test_rs_2_5_second_subscription_is_cancelled(tmp_path):
     sink = RollingFileSink(tmp_path)
-    a, b = ListPublisher([]), ListPublisher([Event.point(1, source="A")])
 
     class Idle:
         cancelled = False
@@ -145,4 +139,14 @@ def test_rs_2_5_second_subscription_is_cancelled(tmp_path):
     other = Idle.__new__(Idle)
     sink.on_subscribe(other)
     assert Idle.cancelled
-    _ = (a, b)
+
+
+def test_with_the_engines_iterable_publisher(tmp_path):
+    from engine.sources import from_iterable
+
+    sink = RollingFileSink(tmp_path, max_events=4, batch=3)
+    from_iterable(_events(10)).subscribe(sink)
+    assert sink.done and sink.error is None
+    assert len(sink.published) == 3
+    records = list(read_records(sink.published))
+    assert [r["start"] for r in records] == list(range(10))
