@@ -162,10 +162,16 @@ class SubscriptionBase:
                     self._prepare()
                 except Exception as err:  # the source could not start: RS §1.4
                     self._error = err
-        with self._lock:
-            added = self._added
-            self._added = 0
-            bad = self._bad_request
+        if self._added or self._bad_request is not None:
+            # Only touch the lock when a request was recorded: a request racing with this read
+            # bumps the work counter, so the loop takes another turn and sees it then.
+            with self._lock:
+                added = self._added
+                self._added = 0
+                bad = self._bad_request
+        else:
+            added = 0
+            bad = None
         if added:
             demand = self._demand + added
             self._demand = demand if demand < MAX_DEMAND else MAX_DEMAND  # RS §3.17

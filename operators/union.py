@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from engine.contracts import MAX_DEMAND
@@ -149,6 +150,10 @@ class _Input:
             # RS §2.8: events may still arrive after remove() cancelled; counted, not merged
             self.discarded += 1
             return
+        self.union._arrive(self, self.accept(event))
+
+    def accept(self, event: Any) -> Event:
+        """Account for one arriving event and stamp it with this input's name."""
         received = self.received + 1
         if received > self.requested:
             report_violation("RS §1.1", f"union input {self.name!r} sent event {received} but "
@@ -158,10 +163,11 @@ class _Input:
         if buffered > self.peak:
             self.peak = buffered
         if event.__class__ is not Event:
-            event = self.union._reject(self, event)
-        elif event.source != self.name:
-            event = Event(event.kind, event.start, event.end, event.payload, self.name)
-        self.union._arrive(self, event)
+            raise TypeError(f"union input {self.name!r} sent {type(event).__name__} "
+                            f"{event!r}; expected an engine.Event")
+        if event.source != self.name:
+            return Event(event.kind, event.start, event.end, event.payload, self.name)
+        return event
 
     def on_error(self, error: BaseException) -> None:
         if error is None:
@@ -257,6 +263,24 @@ class Emitter(InputHandle):
             return False
         self._input.on_next(event)
         return True
+
+    def try_send_many(self, events: Sequence[Event]) -> int:
+        """Send the longest prefix of ``events`` that credit allows, with one wake-up of the
+        merge; return how many were sent (the batch path for high-rate producers)."""
+        self._check_open()
+        inp = self._input
+        room = inp.requested - inp.received
+        if room <= 0:
+            return 0
+        batch = events if len(events) <= room else events[:room]
+        accept = inp.accept
+        queue = inp.union._queue
+        for event in batch:
+            if event is None:
+                raise TypeError("try_send_many() requires events, got None")
+            queue.append((inp, accept(event)))
+        inp.union._wake()
+        return len(batch)
 
     async def send(self, event: Event) -> None:
         """Send, first waiting (on the running loop, no thread blocked) for credit."""
@@ -417,15 +441,51 @@ class Union:
         self._wake()
         return inp
 
+    def feed(self, arrivals: Sequence[tuple[Emitter, Event]], *, chunk: int = 1024) -> int:
+        """Send recorded arrivals ``(emitter, event)`` in their order, as credit allows.
+
+        The batch path behind replaying a recording through a live union: the same as calling
+        ``try_send`` on each in turn, but the merge is woken once per ``chunk``. Returns how
+        many were sent: the first arrival without credit (after merging what was sent) stops
+        the feed, and the caller resumes from there.
+        """
+        queue = self._queue
+        sent = pending = 0
+        for emitter, event in arrivals:
+            inp = emitter._input
+            if inp.union is not self:
+                raise InputError(f"{self.name}.feed(): {emitter!r} belongs to another union")
+            if event is None:
+                raise TypeError(f"{self.name}.feed(): arrival {sent} has no event")
+            if inp.requested - inp.received <= 0:
+                if pending:
+                    pending = 0
+                    self._wake()  # merge what was sent; credit may come back
+                if inp.requested - inp.received <= 0:
+                    break
+            if inp.left:
+                emitter._check_open()
+            if event.__class__ is Event and event.source == inp.name:
+                received = inp.received = inp.received + 1  # accept(), inlined: the hot path
+                if received - inp.processed > inp.peak:
+                    inp.peak = received - inp.processed
+            else:
+                event = inp.accept(event)
+            queue.append((inp, event))
+            sent += 1
+            pending += 1
+            if pending >= chunk:
+                pending = 0
+                self._wake()
+        if pending:
+            self._wake()
+        return sent
+
     def _arrive(self, inp: _Input, item: Any) -> None:
         self._queue.append((inp, item))  # deque.append is atomic; order = arrival (TS §4.1)
         output = self._output
         if output is not None:
             output.signal()
-
-    def _reject(self, inp: _Input, item: Any) -> Any:
-        raise TypeError(f"union input {inp.name!r} sent {type(item).__name__} {item!r}; "
-                        "expected an engine.Event")
 
     def _leave(self, inp: _Input, state: str, error: BaseException | None) -> None:
         with self._lock:
@@ -546,11 +606,25 @@ class Union:
                     processed = inp.processed = inp.processed + 1
                     if inp.requested - processed == inp.low_water:
                         low = True
-                    state, outputs = step(state, item)
+                    try:
+                        state, outputs = step(state, item)
+                    except Exception as err:
+                        return self._policy_failed(output, state, err, count)
+                    if len(outputs) == 1 and outputs[0] is item:  # an on-time insert
+                        inp.emitted += 1
+                        if count < limit:
+                            on_next(item)
+                            count += 1
+                        else:
+                            pending.append(item)
+                        continue
                     if item.kind == CTI:
                         inp.last_cti = item.start
                 else:
-                    state, outputs = self._marker(inp, item, state)
+                    try:
+                        state, outputs = self._marker(inp, item, state)
+                    except Exception as err:
+                        return self._policy_failed(output, state, err, count)
                     low = True
                 for out in outputs:
                     if out.__class__ is Event:
@@ -570,7 +644,7 @@ class Union:
                         else:
                             inp.dropped += 1
                         self.late.push(out)  # TS §3.3: every late event leaves a record
-        except Exception as err:
+        except Exception as err:  # only on_next can get here: the subscriber broke RS §2.13
             self._state = state
             output._subscriber_failed("on_next", err)
             return count
@@ -588,6 +662,13 @@ class Union:
                 output._subscriber_failed("on_next", err)
                 return count
             count += 1
+        return count
+
+    def _policy_failed(self, output: _Output, state: Any, error: BaseException,
+                       count: int) -> int:
+        """The policy raised: a bug in it, not in the subscriber; the union fails (RS §1.4)."""
+        self._state = state
+        self._fail(error)
         return count
 
     def _final_due(self) -> bool:
