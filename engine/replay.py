@@ -360,6 +360,7 @@ def _inputs(names: list[str | None], received, inserts, ctis, emitted, late, adj
         rows.append(InputStats(names[code] if code >= 0 else None, int(received[i]),
                                int(inserts[i]), int(ctis[i]), int(emitted[i]), int(late[i]),
                                int(adjusted[i]), last_cti.get(code)))
+    rows.sort(key=lambda r: (r.name is not None, r.name or ""))  # by name, merged CTIs first
     return tuple(rows)
 
 
