@@ -5,8 +5,19 @@ reordering, fan-out, and the per-element basics.
 """
 
 from operators.basic import filter, map, scan
+from operators.columnar import goldilocks_columns
 from operators.late import LateOutput, LateStats
-from operators.policies import goldilocks, max_policy, min_policy
+from operators.policies import (
+    GoldilocksPolicy,
+    HighState,
+    MinPolicy,
+    MinState,
+    goldilocks,
+    max_policy,
+    min_policy,
+)
+from operators.reorder_buffer import ReorderBuffer
+from operators.timegen import AdvanceTime
 from operators.temporal import TemporalOperator, advance_time, broadcast, cti_sync, reorder
 from operators.union import Emitter, InputHandle, InputStats, Union, UnionStats
 
@@ -21,6 +32,13 @@ __all__ = [
     "goldilocks",
     "min_policy",
     "max_policy",
+    "GoldilocksPolicy",
+    "MinPolicy",
+    "HighState",
+    "MinState",
+    "goldilocks_columns",
+    "AdvanceTime",
+    "ReorderBuffer",
     "cti_sync",
     "advance_time",
     "reorder",
