@@ -49,7 +49,8 @@ class CallbackSubscriber:
     """
 
     __slots__ = ("_on_next", "_on_error", "_on_complete", "prefetch", "_limit", "_subscription",
-                 "_received", "_requested", "_consumed", "_terminated", "done", "error", "_lock")
+                 "_received", "_requested", "_consumed", "_terminated", "_cancelled", "done", "error",
+                 "_lock")
 
     def __init__(self, on_next: Callable[[Any], None],
                  on_error: Callable[[BaseException], None] | None = None,
@@ -68,7 +69,8 @@ class CallbackSubscriber:
         self._received = 0
         self._requested = 0
         self._consumed = 0
-        self._terminated = False
+        self._terminated = False  # a terminal signal arrived
+        self._cancelled = False  # we cancelled: later signals are legal (RS §2.8) and ignored
         self.done = threading.Event()
         self.error: BaseException | None = None
         self._lock = threading.Lock()
@@ -76,7 +78,7 @@ class CallbackSubscriber:
     def on_subscribe(self, subscription: Subscription) -> None:
         _check_signal(subscription, "on_subscribe")  # RS §2.13
         with self._lock:
-            if self._subscription is not None or self._terminated:
+            if self._subscription is not None or self._terminated or self._cancelled:
                 duplicate = True
             else:
                 duplicate = False
@@ -94,6 +96,8 @@ class CallbackSubscriber:
         if self._terminated:
             report_violation("RS §1.7", f"on_next({item!r}) after a terminal signal", party=self)
             return
+        if self._cancelled:
+            return  # RS §2.8: still in flight when we cancelled; dropped
         self._received += 1
         if self._received > self._requested:
             report_violation("RS §1.1", f"element {self._received} delivered but only "
@@ -118,6 +122,8 @@ class CallbackSubscriber:
             report_violation("RS §1.7", f"on_error({error!r}) after a terminal signal", party=self)
             return
         self._terminate()
+        if self._cancelled:
+            return  # raced with our cancel: the stream is over for us already
         self.error = error
         try:
             if self._on_error is not None:
@@ -132,6 +138,8 @@ class CallbackSubscriber:
             report_violation("RS §1.7", "on_complete after a terminal signal", party=self)
             return
         self._terminate()
+        if self._cancelled:
+            return
         try:
             if self._on_complete is not None:
                 self._on_complete()
@@ -145,9 +153,9 @@ class CallbackSubscriber:
         """Cancel the subscription (from any thread); idempotent."""
         with self._lock:
             subscription = self._subscription
-            self._terminated = True
+            self._cancelled = True
         if subscription is not None:
-            subscription.cancel()
+            subscription.cancel()  # RS §3.5: idempotent, so a second cancel() is harmless
         self.done.set()
 
     def _terminate(self) -> None:
@@ -156,7 +164,7 @@ class CallbackSubscriber:
 
     def _fail_local(self, err: BaseException) -> None:
         subscription = self._subscription
-        self._terminate()
+        self._cancelled = True  # RS §2.13: a subscriber signals failure by cancelling
         if subscription is not None:
             subscription.cancel()
         self.error = err
