@@ -175,9 +175,13 @@ class _AsyncIterableSubscription(BufferedSubscription):
     """Pulls from an async iterator on its loop, never more than requested (RS §1.1).
 
     ``_wanted`` is the demand not yet pulled for — the permits of seed 003's asynchronous
-    semaphore. With no permit, or with ``capacity`` pulled elements still waiting for delivery,
-    the puller awaits an ``asyncio.Event`` instead of blocking a thread. The drain runs on the
-    same loop, so these fields are only touched from the loop's thread.
+    semaphore — plus one element of lookahead, pulled as soon as the subscription starts (as
+    ``from_iterable`` does), so that an empty or failing source terminates without demand and
+    completion follows the last requested element at once. With no permit, or with
+    ``capacity`` pulled elements still waiting for delivery, the puller awaits an
+    ``asyncio.Event`` instead of blocking a thread. The lookahead element is only buffered; it
+    is delivered when requested (RS §1.1). The drain runs on the same loop, so these fields
+    are only touched from the loop's thread.
     """
 
     __slots__ = ("_aiterable", "_loop", "_task", "_wanted", "_wake")
@@ -188,7 +192,7 @@ class _AsyncIterableSubscription(BufferedSubscription):
         self._aiterable = aiterable
         self._loop = loop
         self._task: asyncio.Task[None] | None = None
-        self._wanted = 0
+        self._wanted = 1  # the lookahead
         self._wake = asyncio.Event()
 
     def request(self, n: int) -> None:
@@ -198,6 +202,10 @@ class _AsyncIterableSubscription(BufferedSubscription):
                 self._loop.call_soon_threadsafe(self._grant, n)
             except RuntimeError:
                 pass  # the loop closed meanwhile: the drain reports RejectedError
+
+    def _prepare(self) -> None:  # on the loop (the drain's executor), after on_subscribe
+        if self._task is None:
+            self._task = self._loop.create_task(self._pull())
 
     def _grant(self, n: int) -> None:  # on the loop
         if self._done:
