@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 
 from engine.errors import InputError
 from engine.policy import Policy, resolve_policy
-from engine.times import MAX_TIME, MIN_TIME
+from engine.times import MAX_TIME, MIN_TIME, to_duration_ns
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
 
 __all__ = ["read_event_log", "replay", "resolve_spark_policy", "STRATEGIES", "LATE_COLUMNS"]
@@ -58,16 +58,15 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
     Runs on the driver. Raises ``NotImplementedError`` for a policy whose state is not a
     running maximum (``min``): it has no prefix-scan form.
     """
-    if isinstance(policy, str):
-        options: dict[str, Any] = {"on_late": on_late}
-        if delay is not None or policy == "goldilocks":
-            options["delay"] = delay
-        built = resolve_policy(policy, **options)
+    if isinstance(policy, str):  # the engine's defaults (engine.replay): goldilocks 5m, else 0
+        if delay is None:
+            delay = "5m" if policy == "goldilocks" else 0
+        built = resolve_policy(policy, delay=delay, on_late=on_late)
     else:
-        if delay is not None:
+        if delay is not None and to_duration_ns(delay, what="replay: delay") != policy.delay:
             raise InputError(
-                f"replay: delay={delay!r} given with a built policy {policy!r}; the policy "
-                "carries its own delay, expected delay=None"
+                f"replay: delay={delay!r} disagrees with the given policy's delay "
+                f"{policy.delay} ns; pass one or the other"
             )
         built = policy
     if built.name == "min":
@@ -164,7 +163,8 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     Nothing is pickled (plain Spark SQL: no Python runs on the executors).
 
     ``df``: the event-log schema (``read_event_log``) or any frame with ``kind``, ``start``,
-    ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``).
+    ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``);
+    ``None`` means the engine's default (5 minutes for goldilocks, 0 for ``max``).
     ``policy``: ``"goldilocks"`` (default), ``"max"`` (delay 0), or a built policy object;
     ``"min"`` raises ``NotImplementedError`` (no prefix-scan form; see the message).
     ``on_late``: ``"drop"`` or ``"adjust"``. ``group_col``: one or more columns, each value an

@@ -61,3 +61,50 @@ def late_from_rows(rows: Iterable[Any]) -> list[tuple]:
     """Spark late rows (already in arrival order) in ``late_key`` form."""
     return [(r["start"], r["end"], r["source"], r["cti"], r["action"], r["adjusted_start"])
             for r in rows]
+
+
+def canonical_events(rows: Iterable[Any]) -> bytes:
+    """Spark event rows (in arrival order) as the engine's canonical replay output."""
+    from engine.event import INTERVAL
+    from engine.eventlog import encode_event
+
+    out = []
+    for r in rows:
+        if r["kind"] == "cti":
+            out.append(encode_event(Event(CTI, r["start"], None, None, None)))
+            continue
+        payload = None if r["payload"] is None else orjson.loads(r["payload"])
+        if r["end"] is None:
+            e = Event(POINT, r["start"], r["start"] + 1, payload, r["source"])
+        else:
+            e = Event(INTERVAL, r["start"], r["end"], payload, r["source"])
+        out.append(encode_event(e))
+    return b"".join(out)
+
+
+def canonical_late(rows: Iterable[Any]) -> bytes:
+    """Spark late rows (in arrival order) as the engine's canonical late file."""
+    from engine.event import INTERVAL
+    from engine.eventlog import encode_late
+
+    out = []
+    for r in rows:
+        payload = None if r["payload"] is None else orjson.loads(r["payload"])
+        if r["end"] is None:
+            e = Event(POINT, r["start"], r["start"] + 1, payload, r["source"])
+        else:
+            e = Event(INTERVAL, r["start"], r["end"], payload, r["source"])
+        adjusted = None
+        if r["action"] == "adjusted":
+            adjusted = Event(e.kind, r["adjusted_start"], e.end, payload, e.source)
+        out.append(encode_late(LateRecord(e.source, e, r["cti"], r["action"], adjusted)))
+    return b"".join(out)
+
+
+def engine_replay_bytes(paths: Sequence[Any], tmp_path: Any, **options: Any) -> tuple[bytes, bytes]:
+    """The engine's replay of ``paths``: (output bytes, late bytes)."""
+    from engine.replay import replay as engine_replay
+
+    out, late = tmp_path / "engine-out.jsonl", tmp_path / "engine-late.jsonl"
+    engine_replay([str(p) for p in paths], out=out, late=late, **options)
+    return out.read_bytes(), late.read_bytes()

@@ -179,7 +179,7 @@ def test_bad_arguments_name_what_was_expected(spark):
         replay(frame, delay=0, strategy="fast")
     with pytest.raises(InputError, match="on_late"):
         replay(frame, delay=0, on_late="keep")
-    with pytest.raises(InputError, match="delay"):
+    with pytest.raises(InputError, match="disagrees"):
         replay(frame, delay=5, policy=resolve_policy("goldilocks", delay=1))
 
 

@@ -1,0 +1,379 @@
+"""The ``"goldilocks"`` data source: event logs as a batch or a streaming DataFrame.
+
+Where the code runs. No method here runs in the user's driver process: Spark pickles the
+``DataSource`` (with its string options) to a Python process the JVM spawns on the driver
+machine, which plans (``partitions``, ``latestOffset``, ``initialOffset``), and to Python
+workers on the executors, which ``read``. So every class here is a small picklable value,
+the readers keep no state between calls that matters for correctness, and the planning side
+relists the directory on every call. Parsing is the engine's own (``engine.eventlog``): the
+same validation, the same ``BadRecordError`` text naming file and line (TS §5.3).
+
+Batch (``read_event_log``, or ``spark.read.format("goldilocks")``): one task per file; rows
+carry the engine's merge key ``(order_key, file_index, line)``.
+
+Streaming (``spark.readStream.format("goldilocks").load(directory)``): a directory of parts
+``<prefix>-<n>.jsonl`` as ``engine.eventlog.RollingFileSink`` publishes them (atomically, so a
+part is either absent or complete; hidden ``.…tmp`` files are ignored). The parts are
+consecutive pieces of one stream, so the source orders rows by part, then line:
+``file_index`` is the part number ``n`` and ``order_key = n * 2**32 + line``. The offset is
+``PartOffset(part=n)``, the last part included (-1 before the first): frozen, ordered,
+serialised as ``{"part": n}``. A micro-batch reads the parts in ``(start, end]``, one task per
+part; parts are immutable, so re-reading a range after a restart gives the same rows
+(exactly-once with a checkpoint and an idempotent sink). Options: ``prefix`` (default
+``events``), ``maxFilesPerTrigger``, ``bad_records`` (``fail``, ``skip``, ``quarantine``) and
+``quarantine`` (a directory). ``trigger(availableNow=True)`` reads the parts present when the
+query starts, then stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxFiles,
+                                              SupportsTriggerAvailableNow)
+
+from engine.errors import InputError
+from spark_adapter.schema import EVENT_LOG_COLUMNS, EVENT_LOG_SCHEMA, SOURCE_NAME
+
+__all__ = [
+    "GoldilocksDataSource",
+    "EventLogReader",
+    "EventLogStreamReader",
+    "FilePartition",
+    "PartOffset",
+    "register",
+    "read_event_log",
+    "list_log_files",
+    "list_parts",
+]
+
+_LOG_EXTENSIONS = (".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq")
+_PART_SHIFT = 32  # order_key = part << 32 | line: parts hold fewer than 2**32 lines
+
+
+# -- values that cross process boundaries (picklable, frozen) ------------------------------
+
+@dataclass(frozen=True, order=True)
+class PartOffset:
+    """A streaming position: every part up to and including ``part`` has been read.
+
+    Frozen and ordered; serialised to Spark's offset log as ``{"part": n}``.
+    """
+
+    part: int = -1
+
+    def to_dict(self) -> dict:
+        return {"part": self.part}
+
+    @classmethod
+    def from_dict(cls, value: dict) -> PartOffset:
+        try:
+            part = value["part"]
+        except (TypeError, KeyError):
+            raise InputError(f"goldilocks source: offset {value!r}; expected {{'part': n}}") from None
+        if type(part) is not int:
+            raise InputError(f"goldilocks source: offset part {part!r}; expected an integer")
+        return cls(part)
+
+
+class FilePartition(InputPartition):
+    """One file to read: created by the planner, pickled to an executor.
+
+    ``index`` becomes ``file_index``; ``part`` is set for streaming parts (then ``order_key``
+    is ``part << 32 | line``) and ``None`` for batch files (``order_key`` is the file's key).
+    """
+
+    def __init__(self, path: str, index: int, part: int | None = None) -> None:
+        super().__init__((path, index, part))
+        self.path = path
+        self.index = index
+        self.part = part
+
+    def __repr__(self) -> str:
+        return f"FilePartition({self.path!r}, index={self.index}, part={self.part})"
+
+
+# -- listing (planning side) ----------------------------------------------------------------
+
+def list_log_files(path: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    """Expand ``path`` into the list of log files, in replay order (their file indexes).
+
+    A file stays as given; a directory gives its event-log files (by extension), sorted by
+    name, hidden files (``.…``, the sink's temporaries) excluded; a list is expanded item by
+    item in its order. Runs wherever it is called (the user's driver for ``read_event_log``).
+    """
+    items = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if not items:
+        raise InputError("read_event_log: no paths given; expected a file, a directory or a list")
+    files: list[str] = []
+    for item in items:
+        p = os.fspath(item)
+        if os.path.isdir(p):
+            names = sorted(n for n in os.listdir(p)
+                           if not n.startswith((".", "_")) and n.lower().endswith(_LOG_EXTENSIONS))
+            files.extend(os.path.join(p, n) for n in names)
+        elif os.path.exists(p):
+            files.append(p)
+        else:
+            raise InputError(f"{p}: no such file or directory")
+    return files
+
+
+def list_parts(directory: str, prefix: str) -> list[tuple[int, str]]:
+    """``(n, path)`` of the published parts ``<prefix>-<n>.jsonl`` in ``directory``, by ``n``."""
+    pattern = re.compile(re.escape(prefix) + r"-(\d+)\.jsonl$")
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    parts = [(int(m.group(1)), os.path.join(directory, name))
+             for name in names if (m := pattern.fullmatch(name))]
+    parts.sort()
+    return parts
+
+
+# -- reading one file (executor side) --------------------------------------------------------
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    types = {"BIGINT": pa.int64(), "STRING": pa.string(), "INT": pa.int32()}
+    return pa.schema([(name, types[sql]) for name, sql in EVENT_LOG_COLUMNS])
+
+
+def _bad_records(options: dict, path: str, index: int):
+    """The engine's ``BadRecords`` for one task; quarantine goes to a file per input file."""
+    from engine.eventlog import BadRecords
+
+    mode = options.get("bad_records", "fail")
+    if mode != "quarantine":
+        return BadRecords(mode), None
+    directory = options.get("quarantine")
+    if not directory:
+        raise InputError("bad_records='quarantine' needs a quarantine directory (option "
+                         "'quarantine')")
+    os.makedirs(directory, exist_ok=True)
+    name = f"{index:06d}-{os.path.basename(path)}.bad.jsonl"
+    sink = open(os.path.join(directory, name), "wb")  # a retried task rewrites it whole
+    return BadRecords(mode, sink), sink
+
+
+def file_mode(path: str) -> str | None:
+    """The order-key mode of a file (``arrival``, ``seq``, ``position``; ``None`` if empty).
+
+    Parses the file's first chunk with the engine's reader (bad records skipped: the real read
+    reports them).
+    """
+    from engine.eventlog import BadRecords, SourceTable, merge_columns
+
+    states: list = []
+    chunks = merge_columns([path], table=SourceTable(), bad=BadRecords("skip"), modes=states)
+    try:
+        next(chunks, None)
+    finally:
+        chunks.close()
+    return states[0].mode
+
+
+def read_file_batches(path: str, index: int, part: int | None, options: dict) -> Iterator[Any]:
+    """Arrow record batches of one file in ``EVENT_LOG_SCHEMA``. Runs on an executor.
+
+    Raises the engine's ``BadRecordError`` (``FILE:LINE: …``) unless ``bad_records`` says
+    otherwise.
+    """
+    import numpy as np
+    import orjson
+    import pyarrow as pa
+
+    from engine.eventlog import JOIN, KIND_NAMES, SourceTable, merge_columns
+
+    schema = _arrow_schema()
+    table = SourceTable()
+    bad, sink = _bad_records(options, path, index)
+    kinds = np.array(KIND_NAMES, dtype=object)
+    dumps = orjson.dumps
+    try:
+        states: list = []
+        for chunk in merge_columns([path], table=table, bad=bad, modes=states):
+            n = len(chunk)
+            if not n:
+                continue
+            mode = states[0].mode  # fixed by the file's first record (TS §5.2)
+            names = np.array([*table.names, None], dtype=object)  # code -1 -> None
+            no_time = chunk.kind >= JOIN
+            key = chunk.key
+            if part is not None:
+                order_key = (np.int64(part) << np.int64(_PART_SHIFT)) + chunk.line
+            else:
+                order_key = key
+            columns = [
+                pa.array(key, pa.int64(), mask=np.full(n, mode != "seq")),
+                pa.array(names[chunk.source], pa.string()),
+                pa.array(kinds[chunk.kind], pa.string()),
+                pa.array(chunk.start, pa.int64(), mask=no_time),
+                pa.array(chunk.end, pa.int64(), mask=~chunk.has_end),
+                pa.array([None if p is None else dumps(p).decode() for p in chunk.payload],
+                         pa.string()),
+                pa.array(key, pa.int64(), mask=np.full(n, mode != "arrival")),
+                pa.array(order_key, pa.int64()),
+                pa.array(np.full(n, index, np.int32), pa.int32()),
+                pa.array(chunk.line, pa.int64()),
+            ]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+# -- the data source ---------------------------------------------------------------------------
+
+class GoldilocksDataSource(DataSource):
+    """``spark.read[Stream].format("goldilocks")``: event logs with ``EVENT_LOG_SCHEMA``.
+
+    Constructed and pickled by Spark with the string ``options``; never runs in the user's
+    driver process (see the module docstring).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return EVENT_LOG_SCHEMA
+
+    def reader(self, schema: Any) -> EventLogReader:
+        return EventLogReader(dict(self.options))
+
+    def streamReader(self, schema: Any) -> EventLogStreamReader:
+        return EventLogStreamReader(dict(self.options))
+
+
+class EventLogReader(DataSourceReader):
+    """Batch: one partition per file. ``partitions`` runs in the planning process;
+    ``read`` on executors. Options: ``paths`` (a JSON list of files, as ``read_event_log``
+    passes) or ``path`` (a file or directory), ``bad_records``, ``quarantine``."""
+
+    def __init__(self, options: dict) -> None:
+        self.options = options
+
+    def _files(self) -> list[str]:
+        if "paths" in self.options:
+            return list(json.loads(self.options["paths"]))
+        if "path" in self.options:
+            return list_log_files(self.options["path"])
+        raise InputError("goldilocks source: no path; expected .load(path) or option 'paths'")
+
+    def partitions(self) -> list[FilePartition]:
+        files = self._files()
+        if len(files) > 1:  # TS §5.2: one kind of order key across the files of a replay
+            seen: dict[str, str] = {}
+            for f in files:
+                mode = file_mode(f)
+                if mode is not None:
+                    seen.setdefault(mode, f)
+            if len(seen) > 1:
+                (m1, p1), (m2, p2) = list(seen.items())[:2]
+                raise InputError(f"{p1} is ordered by {m1!r} but {p2} by {m2!r}; all files of "
+                                 "one replay must use the same order key (TS §5.2)")
+        return [FilePartition(f, i) for i, f in enumerate(files)]
+
+    def read(self, partition: FilePartition) -> Iterator[Any]:
+        yield from read_file_batches(partition.path, partition.index, None, self.options)
+
+
+class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming over a directory of parts. Offsets are ``PartOffset`` dicts.
+
+    ``initialOffset``, ``latestOffset``, ``partitions``, ``prepareForTriggerAvailableNow`` run
+    in the planning process (each call relists the directory; only ``_target`` is remembered,
+    for ``availableNow``); ``read`` runs on executors and uses only its partition and options.
+    """
+
+    def __init__(self, options: dict) -> None:
+        self.options = options
+        self.directory = options.get("path") or ""
+        if not self.directory:
+            raise InputError("goldilocks stream: no directory; expected .load(directory)")
+        self.prefix = options.get("prefix", "events")
+        self._target: PartOffset | None = None
+        limit = options.get("maxFilesPerTrigger")
+        self._max_files = int(limit) if limit else None
+        if self._max_files is not None and self._max_files < 1:
+            raise InputError(f"maxFilesPerTrigger={limit!r}; expected an integer >= 1")
+
+    def initialOffset(self) -> dict:
+        return PartOffset().to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self._max_files is not None:
+            return ReadMaxFiles(self._max_files)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        parts = list_parts(self.directory, self.prefix)
+        self._target = PartOffset(parts[-1][0] if parts else -1)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = PartOffset.from_dict(start)
+        newer = [n for n, _ in list_parts(self.directory, self.prefix) if n > begin.part]
+        if self._target is not None:
+            newer = [n for n in newer if n <= self._target.part]
+        if isinstance(limit, ReadMaxFiles):
+            newer = newer[:limit.max_files]
+        return (PartOffset(newer[-1]) if newer else begin).to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        parts = list_parts(self.directory, self.prefix)
+        return PartOffset(parts[-1][0]).to_dict() if parts else None
+
+    def partitions(self, start: dict, end: dict) -> list[FilePartition]:
+        lo, hi = PartOffset.from_dict(start), PartOffset.from_dict(end)
+        return [FilePartition(path, n, part=n)
+                for n, path in list_parts(self.directory, self.prefix) if lo.part < n <= hi.part]
+
+    def read(self, partition: FilePartition) -> Iterator[Any]:
+        yield from read_file_batches(partition.path, partition.index, partition.part,
+                                     self.options)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: parts are left in place (the sink's directory is the log)."""
+
+
+# -- driver-side helpers ---------------------------------------------------------------------
+
+def register(spark: Any) -> None:
+    """Register the data source under ``"goldilocks"`` in ``spark`` (idempotent). Driver."""
+    spark.dataSource.register(GoldilocksDataSource)
+
+
+def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathLike], *,
+                   bad_records: str = "fail", quarantine: str | os.PathLike | None = None) -> Any:
+    """Read event-log files (JSON Lines, CSV, Parquet) into a DataFrame: ``EVENT_LOG_SCHEMA``.
+
+    ``path``: a file, a directory (its log files by name) or a list of them; the list order is
+    the file index of the engine's merge. Runs on the driver: lists the files and registers
+    the source; the files are parsed lazily on the executors, one task per file, by the
+    engine's reader. ``bad_records``: ``fail`` (the default: the first action fails with the
+    engine's ``FILE:LINE: …`` message), ``skip``, or ``quarantine`` (skipped records written to
+    ``quarantine``, a directory, one ``<file index>-<name>.bad.jsonl`` per file, in the
+    engine's quarantine format).
+    """
+    from engine.eventlog import BAD_RECORD_MODES
+
+    if bad_records not in BAD_RECORD_MODES:
+        raise InputError(f"read_event_log: bad_records={bad_records!r}; expected one of "
+                         f"{', '.join(BAD_RECORD_MODES)}")
+    if bad_records == "quarantine" and quarantine is None:
+        raise InputError("read_event_log: bad_records='quarantine' needs quarantine=<directory>")
+    files = [os.path.abspath(f) for f in list_log_files(path)]
+    register(spark)
+    reader = (spark.read.format(SOURCE_NAME).option("paths", json.dumps(files))
+              .option("bad_records", bad_records))
+    if quarantine is not None:
+        reader = reader.option("quarantine", os.path.abspath(os.fspath(quarantine)))
+    return reader.load()
