@@ -230,7 +230,7 @@ class PublisherVerification:
         assert probe.terminal is None, \
             f"a cancelled subscription was terminated with {probe.terminal}"
 
-    @rule("1.8", "3.12")
+    @rule("3.12", "1.8")
     def test_rs_3_12_cancel_from_another_thread_stops_signals(self) -> None:
         publisher, size = self._unbounded(20)
         probe = self._subscribe(publisher)

@@ -144,6 +144,16 @@ class Session:
                         f"{[str(v) for v in self.violations] or 'none'}")
                 self._cond.wait(remaining)
 
+    def problems(self) -> str:
+        """Every problem the session's probes saw, as one message ('' if none)."""
+        found = []
+        for probe in self.probes:
+            try:
+                probe.check()
+            except AssertionError as err:
+                found.append(str(err))
+        return "; ".join(found)
+
     def verify(self) -> None:
         for probe in self.probes:
             probe.check()
@@ -164,7 +174,13 @@ def rule(*ids: str) -> Callable[[Callable[[Any], None]], Callable[[Any], None]]:
         @functools.wraps(test)
         def run(self: Any) -> None:
             with Session() as session:
-                test(self)
+                try:
+                    test(self)
+                except AssertionError as err:
+                    found = session.problems()
+                    if found:  # the protocol problems are the cause; say them first
+                        raise AssertionError(f"{found}\n(and then: {err})") from err
+                    raise
             session.verify()
 
         run.rs_rules = ids  # type: ignore[attr-defined]

@@ -41,6 +41,8 @@ def _expect_type_error(call: Any, what: str) -> None:
         call()
     except TypeError:
         return
+    except Exception as err:
+        raise AssertionError(f"{what} raised {err!r} instead of TypeError (RS §2.13)") from err
     raise AssertionError(f"{what} must raise TypeError at once (RS §2.13)")
 
 
