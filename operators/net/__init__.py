@@ -1,0 +1,41 @@
+"""Device streams over the network: the wire protocol, a server running a ``Union`` behind it,
+and a client (``docs/protocol.md``).
+
+::
+
+    from operators.net import Server, connect
+    server = await Server(goldilocks("5m"), tokens=["s3cret"]).start(ws=("127.0.0.1", 0))
+    client = await connect(server.ws_url, token="s3cret")
+    await client.publish(from_iterable(events), device="thermo-1").wait()
+"""
+
+from operators.net.client import Client, ClientStats, Publication, RemoteOutput, connect
+from operators.net.protocol import (
+    DEFAULT_MAX_FRAME,
+    VERSION,
+    ConnectionLost,
+    ProtocolError,
+    RemoteError,
+    decode_events,
+    decode_frame,
+)
+from operators.net.server import ConnectionStats, Server, ServerStats, load_tokens
+
+__all__ = [
+    "Server",
+    "ServerStats",
+    "ConnectionStats",
+    "load_tokens",
+    "connect",
+    "Client",
+    "ClientStats",
+    "Publication",
+    "RemoteOutput",
+    "ProtocolError",
+    "RemoteError",
+    "ConnectionLost",
+    "decode_frame",
+    "decode_events",
+    "VERSION",
+    "DEFAULT_MAX_FRAME",
+]

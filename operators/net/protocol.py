@@ -1,0 +1,369 @@
+"""The wire protocol: frames, their JSON encoding, and a strict decoder (``docs/protocol.md``).
+
+A frame is one JSON object (UTF-8, encoded with orjson). On WebSocket a frame is one message;
+on TCP it is a 4-byte big-endian length followed by that many bytes. Every frame names its
+``type``; all but ``setup``, ``ok`` and ``keepalive`` name a ``stream`` (a positive integer
+chosen by the client; 0 is the connection itself, for connection-level ``error`` frames).
+
+Events travel as arrays ``[kind, start, end, payload]`` (``kind`` is ``"point"``,
+``"interval"`` or ``"cti"``; times are int nanoseconds since the epoch, UTC), with a fifth
+element, the source, on the merged output. A ``next`` frame carries one event or a batch.
+
+``decode_frame`` and ``decode_events`` raise nothing but ``ProtocolError`` (fuzzed), whose
+``code`` says what kind of fault it was and whose message names what was wrong and what was
+expected. Nothing here logs, and a ``Frame``'s ``repr`` never shows the token.
+
+>>> frame = decode_frame(encode_request(3, 64))
+>>> frame.type, frame.stream, frame.n
+('request', 3, 64)
+>>> decode_events([["point", 5, None, {"v": 1}]], "A")
+[Event.point(5, payload={'v': 1}, source='A')]
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import orjson
+
+from engine.contracts import MAX_DEMAND
+from engine.errors import GoldilocksError
+from engine.event import CTI, INTERVAL, POINT, Event
+from engine.times import MAX_TIME, MIN_TIME
+
+__all__ = [
+    "VERSION",
+    "SUPPORTED_VERSIONS",
+    "DEFAULT_MAX_FRAME",
+    "MAX_BATCH",
+    "MAX_NAME",
+    "FRAME_TYPES",
+    "ProtocolError",
+    "RemoteError",
+    "ConnectionLost",
+    "Frame",
+    "decode_frame",
+    "decode_events",
+    "encode_setup",
+    "encode_ok",
+    "encode_publish",
+    "encode_subscribe",
+    "encode_request",
+    "encode_cancel",
+    "encode_next",
+    "encode_next_raw",
+    "encode_complete",
+    "encode_error",
+    "encode_keepalive",
+    "event_row",
+    "LENGTH",
+    "length_prefix",
+]
+
+#: The protocol version this code speaks; ``setup`` names it, the server refuses others.
+VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+#: Largest frame either side accepts by default, in bytes (1 MiB).
+DEFAULT_MAX_FRAME = 1 << 20
+#: Most events in one ``next`` frame.
+MAX_BATCH = 65_536
+#: Longest device name (characters).
+MAX_NAME = 256
+#: The TCP length prefix: 4 bytes, big-endian, unsigned.
+LENGTH = struct.Struct(">I")
+
+FRAME_TYPES = ("setup", "ok", "publish", "subscribe", "request", "cancel", "next", "complete",
+               "error", "keepalive")
+_CONNECTION_TYPES = frozenset({"setup", "ok", "keepalive"})
+_KINDS = {"point": POINT, "interval": INTERVAL, "cti": CTI}
+_MAX_STREAM = 2**31 - 1
+
+_dumps = orjson.dumps
+_loads = orjson.loads
+
+
+class ProtocolError(GoldilocksError):
+    """A peer broke the protocol; the connection is closed.
+
+    ``code`` is one of ``malformed``, ``oversized``, ``out_of_order``, ``overrun``,
+    ``unsupported_version``, ``unauthorized``, ``idle_timeout``, ``too_many``; ``stream`` is
+    the stream concerned (0: the connection). ``rule`` names the Reactive Streams rule the
+    fault breaks, when there is one.
+    """
+
+    def __init__(self, code: str, message: str, *, stream: int = 0,
+                 rule: str | None = None) -> None:
+        super().__init__(f"{rule}: {message}" if rule else message)
+        self.code = code
+        self.stream = stream
+        self.rule = rule
+
+
+class RemoteError(GoldilocksError):
+    """The peer sent an ``error`` frame: ``code`` and the peer's message, verbatim."""
+
+    def __init__(self, code: str, message: str, *, stream: int = 0) -> None:
+        super().__init__(f"remote error {code!r} on stream {stream}: {message}")
+        self.code = code
+        self.stream = stream
+        self.remote_message = message
+
+
+class ConnectionLost(GoldilocksError):
+    """The connection ended without the stream ending first (reset, closed, or gone silent)."""
+
+
+class Frame:
+    """One decoded frame. Fields not used by its ``type`` are ``None``."""
+
+    __slots__ = ("type", "stream", "n", "device", "events", "code", "message", "version",
+                 "token", "info")
+
+    def __init__(self, type: str, stream: int = 0) -> None:
+        self.type = type
+        self.stream = stream
+        self.n: int | None = None
+        self.device: str | None = None
+        self.events: list | None = None
+        self.code: str | None = None
+        self.message: str | None = None
+        self.version: int | None = None
+        self.token: str | None = None
+        self.info: dict | None = None
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.n is not None:
+            extra += f", n={self.n}"
+        if self.device is not None:
+            extra += f", device={self.device!r}"
+        if self.events is not None:
+            extra += f", events=<{len(self.events)}>"
+        if self.code is not None:
+            extra += f", code={self.code!r}"
+        if self.version is not None:
+            extra += f", version={self.version}"
+        if self.token is not None:
+            extra += ", token=<redacted>"
+        return f"Frame({self.type!r}, stream={self.stream}{extra})"
+
+
+def _malformed(message: str, stream: int = 0) -> ProtocolError:
+    return ProtocolError("malformed", message, stream=stream)
+
+
+def _field(obj: dict, name: str, kind: type, what: str, frame_type: str,
+           stream: int = 0) -> Any:
+    value = obj.get(name)
+    if value is None:
+        raise _malformed(f"{frame_type} frame: missing field {name!r}; expected {what}", stream)
+    if value.__class__ is not kind:
+        raise _malformed(f"{frame_type} frame: field {name!r} is {type(value).__name__} "
+                         f"{_short(value)}; expected {what}", stream)
+    return value
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def decode_frame(data: bytes | bytearray | memoryview | str,
+                 max_frame: int = DEFAULT_MAX_FRAME) -> Frame:
+    """Decode and validate one frame; raise ``ProtocolError`` naming what was wrong.
+
+    Events of a ``next`` frame are checked for shape here (a non-empty list of at most
+    ``MAX_BATCH`` arrays) and converted by ``decode_events``.
+    """
+    try:
+        size = len(data)
+    except Exception as err:  # not bytes-like at all
+        raise _malformed(f"frame is {type(data).__name__}; expected bytes") from err
+    if size > max_frame:
+        raise ProtocolError("oversized", f"frame of {size} bytes exceeds the maximum of "
+                            f"{max_frame} bytes")
+    try:
+        obj = _loads(data)
+    except Exception as err:  # orjson.JSONDecodeError, or a type orjson refuses
+        raise _malformed(f"frame is not valid UTF-8 JSON ({err}); expected one JSON object") \
+            from err
+    if obj.__class__ is not dict:
+        raise _malformed(f"frame is a JSON {type(obj).__name__}; expected a JSON object "
+                         "with a 'type'")
+    ftype = obj.get("type")
+    if ftype.__class__ is not str or ftype not in FRAME_TYPES:
+        raise _malformed(f"frame type {_short(ftype)}; expected one of "
+                         f"{', '.join(FRAME_TYPES)}")
+    if ftype in _CONNECTION_TYPES:
+        stream = obj.get("stream", 0)
+        if stream != 0 or stream.__class__ is not int:
+            raise _malformed(f"{ftype} frame: stream {_short(stream)}; expected 0 (a "
+                             "connection frame)")
+    else:
+        stream = obj.get("stream")
+        if stream.__class__ is not int or stream < 0 or stream > _MAX_STREAM:
+            raise _malformed(f"{ftype} frame: stream {_short(stream)}; expected an integer "
+                             f"from 1 to {_MAX_STREAM} (0 only for a connection error)")
+        if stream == 0 and ftype != "error":
+            raise _malformed(f"{ftype} frame on stream 0; stream 0 is the connection itself, "
+                             "expected a stream id from 1")
+    frame = Frame(ftype, stream)
+    if ftype == "next":
+        events = obj.get("events")
+        if events.__class__ is not list or not events:
+            raise _malformed(f"next frame on stream {stream}: 'events' is "
+                             f"{_short(events)}; expected a non-empty list of events", stream)
+        if len(events) > MAX_BATCH:
+            raise _malformed(f"next frame on stream {stream}: {len(events)} events; expected "
+                             f"at most {MAX_BATCH} per frame", stream)
+        frame.events = events
+    elif ftype == "request":
+        n = _field(obj, "n", int, "an integer n >= 1", ftype, stream)
+        if n < 1:  # RS §3.9 on the wire: non-positive requests are illegal
+            raise ProtocolError("malformed", f"request frame on stream {stream}: n={n}; "
+                                "expected n >= 1", stream=stream, rule="RS §3.9")
+        frame.n = n if n < MAX_DEMAND else MAX_DEMAND  # RS §3.17: saturate
+    elif ftype == "publish":
+        device = _field(obj, "device", str, "a device name (a non-empty string)", ftype, stream)
+        if not device or len(device) > MAX_NAME:
+            raise _malformed(f"publish frame on stream {stream}: device name of "
+                             f"{len(device)} characters; expected 1 to {MAX_NAME}", stream)
+        frame.device = device
+    elif ftype == "error":
+        frame.code = _field(obj, "code", str, "an error code (a string)", ftype, stream)
+        message = obj.get("message", "")
+        if message.__class__ is not str:
+            raise _malformed(f"error frame: 'message' is {type(message).__name__}; expected "
+                             "a string", stream)
+        frame.message = message
+    elif ftype == "setup":
+        frame.version = _field(obj, "version", int, "the protocol version (an integer)", ftype)
+        token = obj.get("token")
+        if token is not None and token.__class__ is not str:
+            raise _malformed(f"setup frame: 'token' is {type(token).__name__}; expected a "
+                             "string")  # never echo the value: it is a secret
+        frame.token = token
+    elif ftype == "ok":
+        frame.version = _field(obj, "version", int, "the protocol version (an integer)", ftype)
+        frame.info = {k: v for k, v in obj.items() if k not in ("type", "version")}
+    return frame
+
+
+def decode_events(rows: list, source: str | None, *, stream: int = 0,
+                  with_source: bool = False) -> list[Event]:
+    """Convert a ``next`` frame's event rows into ``Event`` objects with ``source``.
+
+    With ``with_source`` (the merged output) a fifth element, the event's source, is read
+    instead. Raises ``ProtocolError`` naming the event (by position) and what was expected.
+    """
+    out: list[Event] = []
+    append = out.append
+    kinds = _KINDS
+    for i, row in enumerate(rows):
+        if row.__class__ is not list or not 4 <= len(row) <= 5:
+            raise _malformed(f"event {i} on stream {stream} is {_short(row)}; expected "
+                             "[kind, start, end, payload]", stream)
+        kind = kinds.get(row[0]) if row[0].__class__ is str else None
+        start = row[1]
+        end = row[2]
+        if kind is None:
+            raise _malformed(f"event {i} on stream {stream}: kind {_short(row[0])}; expected "
+                             "'point', 'interval' or 'cti'", stream)
+        if start.__class__ is not int or not MIN_TIME <= start <= MAX_TIME:
+            raise _malformed(f"event {i} on stream {stream}: start {_short(start)}; expected "
+                             "an integer of nanoseconds since the epoch (int64)", stream)
+        if kind is POINT:
+            if end is None:
+                end = start + 1
+            elif end != start + 1 or end.__class__ is not int:
+                raise _malformed(f"event {i} on stream {stream}: a point at {start} with end "
+                                 f"{_short(end)}; expected null or start + 1", stream)
+        elif kind is INTERVAL:
+            if end.__class__ is not int or not start < end <= MAX_TIME:
+                raise _malformed(f"event {i} on stream {stream}: an interval from {start} "
+                                 f"with end {_short(end)}; expected an integer end > start",
+                                 stream)
+        elif end is not None:
+            raise _malformed(f"event {i} on stream {stream}: a cti with end {_short(end)}; "
+                             "expected null", stream)
+        src = source
+        if len(row) == 5:
+            if not with_source:
+                raise _malformed(f"event {i} on stream {stream} has 5 elements; a device "
+                                 "stream's events are [kind, start, end, payload] (the "
+                                 "device name is the source)", stream)
+            src = row[4]
+            if src is not None and src.__class__ is not str:
+                raise _malformed(f"event {i} on stream {stream}: source {_short(src)}; "
+                                 "expected a string or null", stream)
+        append(Event(kind, start, end, row[3], src))
+    return out
+
+
+# -- encoding ----------------------------------------------------------------------------
+
+
+def event_row(event: Event, with_source: bool = False) -> list:
+    """An event as its wire row."""
+    if with_source:
+        return [event.kind, event.start, event.end, event.payload, event.source]
+    return [event.kind, event.start, event.end, event.payload]
+
+
+def encode_setup(token: str | None, version: int = VERSION) -> bytes:
+    return _dumps({"type": "setup", "version": version, "token": token})
+
+
+def encode_ok(version: int = VERSION, **info: Any) -> bytes:
+    return _dumps({"type": "ok", "version": version, **info})
+
+
+def encode_publish(stream: int, device: str) -> bytes:
+    return _dumps({"type": "publish", "stream": stream, "device": device})
+
+
+def encode_subscribe(stream: int) -> bytes:
+    return _dumps({"type": "subscribe", "stream": stream})
+
+
+def encode_request(stream: int, n: int) -> bytes:
+    return b'{"type":"request","stream":%d,"n":%d}' % (stream, n)
+
+
+def encode_cancel(stream: int) -> bytes:
+    return b'{"type":"cancel","stream":%d}' % stream
+
+
+def encode_next(stream: int, events: list[Event], with_source: bool = False) -> bytes:
+    """A ``next`` frame for ``events`` (one or a batch)."""
+    if with_source:
+        rows = [[e.kind, e.start, e.end, e.payload, e.source] for e in events]
+    else:
+        rows = [[e.kind, e.start, e.end, e.payload] for e in events]
+    return _dumps({"type": "next", "stream": stream, "events": rows})
+
+
+def encode_next_raw(stream: int, rows: list) -> bytes:
+    """A ``next`` frame for rows already in wire form (tests send malformed ones this way)."""
+    return _dumps({"type": "next", "stream": stream, "events": rows})
+
+
+def encode_complete(stream: int) -> bytes:
+    return b'{"type":"complete","stream":%d}' % stream
+
+
+def encode_error(stream: int, code: str, message: str) -> bytes:
+    return _dumps({"type": "error", "stream": stream, "code": code, "message": message})
+
+
+_KEEPALIVE = b'{"type":"keepalive"}'
+
+
+def encode_keepalive() -> bytes:
+    return _KEEPALIVE
+
+
+def length_prefix(payload: bytes) -> bytes:
+    """The TCP framing of one frame: its length (4 bytes, big-endian), then the frame."""
+    return LENGTH.pack(len(payload)) + payload

@@ -1,0 +1,878 @@
+"""``Server``: a ``Union`` behind the wire protocol, over WebSocket and TCP (``docs/protocol.md``).
+
+::
+
+    server = Server(goldilocks("5m"), tokens=["s3cret"], out_dir="out/")
+    await server.start(ws=("127.0.0.1", 8765), tcp=("127.0.0.1", 8766))
+    ...                                     # devices publish, subscribers subscribe
+    await server.close()                    # inputs removed, union closed, files published
+
+Each published device stream becomes a union input named after the device. The stream is a
+remote publisher: the union's ``request(n)`` for that input goes out as a ``request`` frame
+(RS §3.8 on the wire), so the device's credit is exactly the union's demand and a slow
+consumer slows the devices end to end. Events beyond the credit are refused, counted, and
+the connection is closed (RS §1.1). The union's output is shared (``broadcast``) among remote
+subscribers (``subscribe`` streams, paced by their ``request`` frames), an optional
+``RollingFileSink`` and a counting tap that keeps the union draining when no one listens.
+
+Everything runs on one asyncio loop; the union's merge runs on it too (``LoopExecutor``), so
+one ``next`` frame's batch is merged in one drain turn.
+
+Bounds (all in ``stats()``): ``max_connections``; ``max_streams`` active per connection;
+``max_frame`` bytes per frame; per-input credit (the union's ``prefetch``) and the union's
+``max_buffered``; the output broadcast's ``capacity``; each connection's outgoing queue, which
+holds control frames and ``next`` frames within the credit its subscriber gave. Memory is
+O(connections × streams + the union's bounds); a closed connection leaves only counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import threading
+from collections import Counter, deque
+from typing import Any, Iterable, NamedTuple
+
+from engine.contracts import MAX_DEMAND
+from engine.errors import ClosedError, InputError
+from engine.event import CTI, Event
+from engine.eventlog import RollingFileSink
+from engine.executors import LoopExecutor
+from engine.sources import failed
+from engine.subscription import check_subscriber
+from engine.violations import report_violation
+
+from operators.late import LateStats
+from operators.net.protocol import (
+    DEFAULT_MAX_FRAME,
+    MAX_BATCH,
+    SUPPORTED_VERSIONS,
+    VERSION,
+    ConnectionLost,
+    Frame,
+    ProtocolError,
+    RemoteError,
+    decode_events,
+    decode_frame,
+    encode_cancel,
+    encode_complete,
+    encode_error,
+    encode_next,
+    encode_ok,
+    encode_request,
+)
+from operators.net.transport import (
+    ConnectionClosed,
+    TcpTransport,
+    Transport,
+    WebSocketTransport,
+)
+from operators.temporal import broadcast
+from operators.union import Union, UnionStats
+
+__all__ = ["Server", "ServerStats", "ConnectionStats", "load_tokens"]
+
+_log = logging.getLogger("goldilocks.net")
+
+OPEN = "open"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+
+def load_tokens(path: str) -> list[str]:
+    """Tokens from a file: one per line; blank lines and ``#`` comments are ignored."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.strip() for line in f
+                      if line.strip() and not line.lstrip().startswith("#")]
+    except OSError as err:
+        raise InputError(f"token file {path!r}: {err.strerror}; expected a readable file "
+                         "with one token per line") from err
+    if not tokens:
+        raise InputError(f"token file {path!r} holds no token; expected one token per line")
+    return tokens
+
+
+class ConnectionStats(NamedTuple):
+    peer: str
+    transport: str             # "ws" or "tcp"
+    authenticated: bool
+    streams: int               # active streams
+    frames_in: int
+    frames_out: int
+    events_in: int             # accepted into the union
+    events_out: int            # sent to this connection's subscribe streams
+    refused: int               # events refused (overrun, after the stream ended)
+    outbox: int                # frames waiting to be written
+    outbox_peak: int
+
+
+class ServerStats(NamedTuple):
+    """Totals since start (closed connections included) and the live parts' bounds.
+
+    Accounting: every event that arrived in a ``next`` frame is either ``events_received``
+    (merged by the union: ``union.received``) or ``events_refused``; the union accounts for
+    the received ones (emitted, dropped late, adjusted, still buffered).
+    """
+
+    connections: tuple[ConnectionStats, ...]
+    connections_total: int
+    connections_refused: int   # over max_connections
+    auth_failures: int
+    protocol_errors: tuple[tuple[str, int], ...]   # (code, count), sorted
+    disconnects: int           # connections lost with streams still open
+    events_received: int
+    events_refused: int
+    events_sent: int           # to remote subscribers
+    output_events: int         # inserts that left the union (counted by the tap)
+    output_ctis: int
+    max_connections: int
+    max_streams: int
+    max_frame: int
+    union: UnionStats
+    output_buffered: int       # the broadcast's buffer, and its bound
+    output_capacity: int
+    files: dict | None         # the rolling event-log sink's stats, if any
+
+    def errors(self, code: str) -> int:
+        return dict(self.protocol_errors).get(code, 0)
+
+
+# ============================================================================ device streams
+class _DeviceStream:
+    """A ``publish`` stream: a remote publisher of one device's events, and the subscription
+    the union's input holds on it. Runs on the server's loop; ``request``/``cancel`` may be
+    called from any thread and hop onto it."""
+
+    __slots__ = ("conn", "id", "device", "subscriber", "handle", "granted", "received",
+                 "refused", "state")
+
+    kind = "publish"
+
+    def __init__(self, conn: _Connection, stream_id: int, device: str) -> None:
+        self.conn = conn
+        self.id = stream_id
+        self.device = device
+        self.subscriber: Any = None
+        self.handle: Any = None
+        self.granted = 0     # credit sent to the device in all (RS §3.8)
+        self.received = 0    # events accepted from the device
+        self.refused = 0
+        self.state = OPEN
+
+    # ---------------------------------------------------------------- Subscription
+    def request(self, n: int) -> None:
+        """Grant the device ``n`` more events: a ``request`` frame. Never raises (RS §3.16)."""
+        conn = self.conn
+        if threading.get_ident() != conn.server._thread:
+            conn.server._call(self._grant, n)
+        else:
+            self._grant(n)
+
+    def _grant(self, n: int) -> None:
+        if self.state != OPEN:
+            return  # RS §3.6: after cancel or termination, request is a NOP
+        if n.__class__ is not int or n <= 0:  # RS §3.9
+            self._end(FAILED, ValueError(f"RS §3.9: request({n!r}) is illegal; the number "
+                                         "requested must be a positive integer"))
+            self.conn.write(encode_cancel(self.id))
+            return
+        if self.granted >= MAX_DEMAND:
+            return  # RS §3.17: already effectively unbounded
+        granted = self.granted + n
+        if granted > MAX_DEMAND:
+            n = MAX_DEMAND - self.granted
+            granted = MAX_DEMAND
+        self.granted = granted
+        self.conn.write(encode_request(self.id, n))
+
+    def cancel(self) -> None:
+        """The union removed this input: a ``cancel`` frame (RS §3.5, §3.12)."""
+        conn = self.conn
+        if threading.get_ident() != conn.server._thread:
+            conn.server._call(self._cancel)
+        else:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        if self.state != OPEN:
+            return  # RS §3.7
+        self.state = CANCELLED
+        self.subscriber = None  # RS §3.13: drop the reference
+        self.conn.write(encode_cancel(self.id))
+        self.conn._stream_ended(self)
+
+    # ---------------------------------------------------------------- frames from the device
+    def on_next_frame(self, rows: list) -> None:
+        count = len(rows)
+        if self.state != OPEN:
+            # In flight when the union cancelled (RS §2.8 on the wire): counted, not merged.
+            self.refused += count
+            self.conn.refused += count
+            return
+        credit = self.granted - self.received
+        if count > credit:
+            self.refused += count
+            self.conn.refused += count
+            raise ProtocolError(
+                "overrun", f"device {self.device!r} (stream {self.id}) sent {count} events "
+                f"with only {credit} requested ({self.received} of {self.granted} used); "
+                "expected at most the credit granted by request frames",
+                stream=self.id, rule="RS §1.1")
+        try:
+            events = decode_events(rows, self.device, stream=self.id)
+        except ProtocolError:
+            self.refused += count
+            self.conn.refused += count
+            raise
+        self.received += count
+        self.conn.events_in += count
+        on_next = self.subscriber.on_next
+        for event in events:
+            on_next(event)
+
+    def on_complete_frame(self) -> None:
+        if self.state == OPEN:
+            self._end(COMPLETED, None)
+
+    def on_error_frame(self, frame: Frame) -> None:
+        if self.state == OPEN:
+            self._end(FAILED, RemoteError(frame.code or "error", frame.message or "",
+                                          stream=self.id))
+
+    def on_lost(self, reason: BaseException) -> None:
+        if self.state == OPEN:
+            self._end(FAILED, reason)
+
+    def _end(self, state: str, error: BaseException | None) -> None:
+        subscriber = self.subscriber
+        self.state = state
+        self.subscriber = None
+        self.conn._stream_ended(self)
+        if subscriber is None:
+            return
+        if error is None:
+            subscriber.on_complete()
+        else:
+            subscriber.on_error(error)
+
+    def __repr__(self) -> str:
+        return f"<device stream {self.id} {self.device!r} {self.state}>"
+
+
+class _DevicePublisher:
+    """The device stream as a publisher: one subscriber (the union's input), then closed."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: _DeviceStream) -> None:
+        self._stream = stream
+
+    def subscribe(self, subscriber: Any) -> None:
+        check_subscriber(subscriber)  # RS §1.9
+        stream = self._stream
+        if stream.subscriber is not None or stream.state != OPEN:
+            failed(ClosedError(f"device stream {stream.device!r} already has its subscriber"))\
+                .subscribe(subscriber)
+            return
+        stream.subscriber = subscriber
+        subscriber.on_subscribe(stream)  # RS §1.9: first signal
+
+
+# ============================================================================ output streams
+class _OutputStream:
+    """A ``subscribe`` stream: a subscriber of the union's (broadcast) output that forwards
+    what it receives as ``next`` frames, and the remote side's ``request``/``cancel``."""
+
+    __slots__ = ("conn", "id", "subscription", "pending", "batch", "flushing", "state",
+                 "sent", "requested")
+
+    kind = "subscribe"
+
+    def __init__(self, conn: _Connection, stream_id: int) -> None:
+        self.conn = conn
+        self.id = stream_id
+        self.subscription: Any = None
+        self.pending = 0          # requested before on_subscribe
+        self.batch: list[Event] = []
+        self.flushing = False
+        self.state = OPEN
+        self.sent = 0
+        self.requested = 0
+
+    # ---------------------------------------------------------------- Subscriber
+    def on_subscribe(self, subscription: Any) -> None:
+        if subscription is None:
+            raise TypeError("RS §2.13: on_subscribe() requires a subscription, got None")
+        if self.subscription is not None or self.state != OPEN:
+            subscription.cancel()  # RS §2.5
+            return
+        self.subscription = subscription
+        if self.pending:
+            n, self.pending = self.pending, 0
+            subscription.request(n)
+
+    def on_next(self, event: Event) -> None:
+        if event is None:
+            raise TypeError("RS §2.13: on_next() requires an element, got None")
+        batch = self.batch
+        batch.append(event)
+        if len(batch) >= MAX_BATCH:
+            self._flush()
+        elif not self.flushing:
+            self.flushing = True
+            self.conn.server._soon(self._flush)
+
+    def on_error(self, error: BaseException) -> None:
+        self.conn.server._soon(self._finish, error)
+
+    def on_complete(self) -> None:
+        self.conn.server._soon(self._finish, None)
+
+    # ---------------------------------------------------------------- frames out
+    def _flush(self) -> None:
+        self.flushing = False
+        batch = self.batch
+        if not batch or self.state != OPEN:
+            batch.clear()
+            return
+        self.batch = []
+        self.sent += len(batch)
+        self.conn.events_out += len(batch)
+        self.conn.write_events(self.id, batch)
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self.state != OPEN:
+            return
+        self._flush()
+        self.state = FAILED if error is not None else COMPLETED
+        self.subscription = None
+        if error is None:
+            self.conn.write(encode_complete(self.id))
+        else:
+            self.conn.write(encode_error(self.id, "upstream_error",
+                                         f"the union's output failed: {error}"))
+        self.conn._stream_ended(self)
+
+    # ---------------------------------------------------------------- frames in
+    def on_request_frame(self, n: int) -> None:
+        self.requested = min(self.requested + n, MAX_DEMAND)
+        subscription = self.subscription
+        if subscription is None:
+            self.pending = min(self.pending + n, MAX_DEMAND)
+        else:
+            subscription.request(n)  # RS §3.8 on the wire
+
+    def on_cancel_frame(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.state != OPEN:
+            return
+        self.state = CANCELLED
+        self.batch.clear()
+        subscription, self.subscription = self.subscription, None
+        if subscription is not None:
+            subscription.cancel()  # RS §3.12
+        self.conn._stream_ended(self)
+
+    on_lost = lambda self, reason: self.close()  # noqa: E731
+
+    def __repr__(self) -> str:
+        return f"<subscribe stream {self.id} {self.state}>"
+
+
+# ============================================================================ connections
+class _Connection:
+    """One client connection: setup, then frames dispatched to its streams."""
+
+    def __init__(self, server: Server, transport: Transport) -> None:
+        self.server = server
+        self.transport = transport
+        self.authenticated = False
+        self.streams: dict[int, Any] = {}
+        self.finished: deque[tuple[int, Any]] = deque(maxlen=64)  # recently ended streams
+        self.last_id = 0
+        self.frames_in = 0
+        self.events_in = 0
+        self.events_out = 0
+        self.refused = 0
+        self.closed = False
+
+    def write(self, frame: bytes) -> None:
+        if not self.closed:
+            self.transport.write(frame)
+
+    def write_events(self, stream_id: int, events: list[Event]) -> None:
+        """``next`` frames for ``events``, split so that each fits in ``max_frame``."""
+        data = encode_next(stream_id, events, with_source=True)
+        if len(data) <= self.server.max_frame:
+            self.write(data)
+        elif len(events) > 1:
+            half = len(events) // 2
+            self.write_events(stream_id, events[:half])
+            self.write_events(stream_id, events[half:])
+        else:
+            stream = self.streams.get(stream_id)
+            self.write(encode_error(stream_id, "oversized",
+                                    f"an event of {len(data)} bytes does not fit in a frame "
+                                    f"of at most {self.server.max_frame} bytes"))
+            if stream is not None:
+                stream.close()
+
+    def stats(self) -> ConnectionStats:
+        t = self.transport
+        return ConnectionStats(t.peer, t.kind, self.authenticated, len(self.streams),
+                               self.frames_in, t.frames_out, self.events_in, self.events_out,
+                               self.refused, t.pending, t.peak)
+
+    # ---------------------------------------------------------------- the read loop
+    async def run(self) -> None:
+        server = self.server
+        transport = self.transport
+        loop = asyncio.get_running_loop()
+        idle = server.idle_timeout
+        reason: BaseException | None = None
+        try:
+            async with asyncio.timeout(idle) as deadline:
+                data = await transport.recv()
+                self.frames_in += 1
+                self._setup(decode_frame(data, server.max_frame))
+                while True:
+                    deadline.reschedule(loop.time() + idle)
+                    data = await transport.recv()
+                    self.frames_in += 1
+                    self._dispatch(decode_frame(data, server.max_frame))
+        except TimeoutError:
+            reason = ProtocolError("idle_timeout", f"no frame from {transport.peer} for "
+                                   f"{idle} s; expected data or a keepalive within the idle "
+                                   "timeout")
+            self._refuse(reason)
+        except ProtocolError as err:
+            reason = err
+            self._refuse(err)
+        except ConnectionClosed as err:
+            reason = ConnectionLost(f"connection from {transport.peer} ended: {err}")
+            if self.streams:
+                server._disconnects += 1
+        except asyncio.CancelledError:
+            reason = ConnectionLost(f"server closed the connection from {transport.peer}")
+            raise
+        finally:
+            self.closed = True
+            for stream in list(self.streams.values()):
+                stream.on_lost(reason)
+            server._forget(self)
+            if isinstance(reason, ProtocolError):
+                await _bounded(transport.close(1008, reason.code), 1.0)
+            else:
+                await _bounded(transport.close(), 1.0)
+            transport.abort()
+
+    def _refuse(self, err: ProtocolError) -> None:
+        server = self.server
+        server._errors[err.code] += 1
+        if err.code == "unauthorized":
+            server._auth_failures += 1
+        _log.info("closing connection from %s: %s (%s)", self.transport.peer, err.code, err)
+        self.transport.write(encode_error(0, err.code, str(err)))
+
+    def _setup(self, frame: Frame) -> None:
+        if frame.type != "setup":
+            raise ProtocolError("out_of_order", f"first frame was {frame.type!r}; expected "
+                                "setup (with the protocol version and the token)")
+        if frame.version not in SUPPORTED_VERSIONS:
+            raise ProtocolError("unsupported_version", f"protocol version {frame.version}; "
+                                f"this server speaks {sorted(SUPPORTED_VERSIONS)}")
+        if not self.server._check_token(frame.token):
+            raise ProtocolError("unauthorized", "setup refused: missing or wrong token")
+        self.authenticated = True
+        server = self.server
+        self.write(encode_ok(VERSION, max_frame=server.max_frame,
+                             idle_timeout=server.idle_timeout,
+                             keepalive=server.idle_timeout / 3, max_batch=MAX_BATCH,
+                             max_streams=server.max_streams))
+        _log.info("connection from %s (%s) ready", self.transport.peer, self.transport.kind)
+
+    def _dispatch(self, frame: Frame) -> None:
+        ftype = frame.type
+        if ftype == "keepalive":
+            return
+        sid = frame.stream
+        stream = self.streams.get(sid)
+        if ftype == "next":
+            if stream is None:
+                count = len(frame.events or ())
+                if self._finished(sid) is None:
+                    self.refused += count
+                    raise ProtocolError("out_of_order", f"next frame for stream {sid}, which "
+                                        "was never opened; expected publish first", stream=sid)
+                self.refused += count
+                return  # in flight when the stream ended (RS §2.8)
+            if stream.kind != "publish":
+                raise ProtocolError("out_of_order", f"next frame from the client on "
+                                    f"subscribe stream {sid}; a subscribe stream carries "
+                                    "events from the server only", stream=sid)
+            stream.on_next_frame(frame.events)
+        elif ftype == "request":
+            if stream is None:
+                self._late(sid, ftype)
+            elif stream.kind != "subscribe":
+                raise ProtocolError("out_of_order", f"request frame from the client on "
+                                    f"publish stream {sid}; on a publish stream the server "
+                                    "grants the credit", stream=sid)
+            else:
+                stream.on_request_frame(frame.n)
+        elif ftype == "cancel":
+            if stream is None:
+                self._late(sid, ftype)
+            elif stream.kind != "subscribe":
+                raise ProtocolError("out_of_order", f"cancel frame from the client on publish "
+                                    f"stream {sid}; a device ends its stream with complete "
+                                    "or error", stream=sid)
+            else:
+                stream.on_cancel_frame()
+        elif ftype == "complete" or ftype == "error":
+            if sid == 0:  # the client gives up on the connection
+                raise ConnectionClosed(f"client error {frame.code!r}: {frame.message}")
+            if stream is None:
+                self._late(sid, ftype)
+            elif stream.kind != "publish":
+                if ftype == "error":
+                    stream.close()
+                    return
+                raise ProtocolError("out_of_order", f"complete frame from the client on "
+                                    f"subscribe stream {sid}; a subscriber ends its stream "
+                                    "with cancel", stream=sid)
+            elif ftype == "complete":
+                stream.on_complete_frame()
+            else:
+                stream.on_error_frame(frame)
+        elif ftype == "publish" or ftype == "subscribe":
+            self._open(frame)
+        else:  # setup, ok
+            raise ProtocolError("out_of_order", f"{ftype} frame after setup; expected "
+                                "publish, subscribe, request, cancel, next, complete, error "
+                                "or keepalive")
+
+    def _finished(self, sid: int) -> Any:
+        for fid, stream in self.finished:
+            if fid == sid:
+                return stream
+        return None if sid > self.last_id else True
+
+    def _late(self, sid: int, ftype: str) -> None:
+        if self._finished(sid) is None:
+            raise ProtocolError("out_of_order", f"{ftype} frame for stream {sid}, which was "
+                                "never opened", stream=sid)
+        # otherwise: crossed with the end of the stream on the wire; nothing to do
+
+    def _open(self, frame: Frame) -> None:
+        sid = frame.stream
+        if sid <= self.last_id:
+            raise ProtocolError("out_of_order", f"{frame.type} opens stream {sid} after "
+                                f"stream {self.last_id}; expected a new, increasing stream "
+                                "id", stream=sid)
+        self.last_id = sid
+        server = self.server
+        if len(self.streams) >= server.max_streams:
+            self.write(encode_error(sid, "too_many", f"this connection already has "
+                                    f"{len(self.streams)} open streams; at most "
+                                    f"{server.max_streams} are allowed"))
+            self.finished.append((sid, None))
+            return
+        if server._closing:
+            self.write(encode_error(sid, "closing", "the server is shutting down"))
+            self.finished.append((sid, None))
+            return
+        if frame.type == "subscribe":
+            out = _OutputStream(self, sid)
+            self.streams[sid] = out
+            server._output.subscribe(out)
+            return
+        stream = _DeviceStream(self, sid, frame.device)  # type: ignore[arg-type]
+        self.streams[sid] = stream
+        try:
+            stream.handle = server.union.add(_DevicePublisher(stream), name=frame.device)
+        except (InputError, ClosedError) as err:
+            del self.streams[sid]
+            stream.state = FAILED
+            self.finished.append((sid, stream))
+            code = "name_in_use" if isinstance(err, InputError) else "closing"
+            self.write(encode_error(sid, code, str(err)))
+
+    def _stream_ended(self, stream: Any) -> None:
+        if self.streams.pop(stream.id, None) is not None:
+            self.finished.append((stream.id, stream))
+
+
+async def _bounded(coro: Any, timeout: float) -> None:
+    try:
+        await asyncio.wait_for(coro, timeout)
+    except (asyncio.TimeoutError, Exception):
+        pass
+
+
+# ============================================================================ the server
+class _Tap:
+    """A member of the output broadcast that takes everything and counts it, so the union
+    keeps merging when no remote subscriber or sink is attached (the output is live)."""
+
+    __slots__ = ("events", "ctis", "subscription")
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.ctis = 0
+        self.subscription: Any = None
+
+    def on_subscribe(self, subscription: Any) -> None:
+        self.subscription = subscription
+        subscription.request(MAX_DEMAND)  # RS §3.17: unbounded
+
+    def on_next(self, event: Event) -> None:
+        if event.kind == CTI:
+            self.ctis += 1
+        else:
+            self.events += 1
+
+    def on_error(self, error: BaseException) -> None:
+        pass
+
+    def on_complete(self) -> None:
+        pass
+
+
+class Server:
+    """A ``Union`` under ``policy`` fed by devices over the network (see the module doc).
+
+    ``tokens``: accepted tokens (at least one; compared in constant time, never logged).
+    ``idle_timeout``: seconds without any frame after which a connection is closed and its
+    device inputs leave the union with the reason. ``out_dir``: write the merged output (and
+    late records, prefix ``late``) as rolling event-log parts for Spark. ``prefetch`` and
+    ``max_buffered`` are the union's credit bounds; ``output_capacity`` the broadcast's.
+    """
+
+    def __init__(self, policy: Any, *, tokens: Iterable[str], idle_timeout: float = 30.0,
+                 max_frame: int = DEFAULT_MAX_FRAME, max_connections: int = 1024,
+                 max_streams: int = 16, prefetch: int = 1024, max_buffered: int = 65_536,
+                 output_capacity: int = 4096, out_dir: str | None = None,
+                 part_events: int = 100_000, part_seconds: float | None = 60.0,
+                 final_cti: bool = True, name: str = "server") -> None:
+        tokens = [t for t in (tokens or ()) if t]
+        if not tokens or not all(isinstance(t, str) for t in tokens):
+            raise InputError(f"{name}: tokens must be a non-empty list of non-empty strings; "
+                             "a server without a token would accept anyone")
+        if idle_timeout <= 0 or max_frame < 64 or max_connections < 1 or max_streams < 1:
+            raise InputError(f"{name}: idle_timeout={idle_timeout}, max_frame={max_frame}, "
+                             f"max_connections={max_connections}, max_streams={max_streams}; "
+                             "expected idle_timeout > 0, max_frame >= 64 and the maxima >= 1")
+        self._tokens = [t.encode("utf-8") for t in tokens]
+        self.policy = policy
+        self.idle_timeout = float(idle_timeout)
+        self.max_frame = max_frame
+        self.max_connections = max_connections
+        self.max_streams = max_streams
+        self.prefetch = prefetch
+        self.max_buffered = max_buffered
+        self.output_capacity = output_capacity
+        self.out_dir = out_dir
+        self.part_events = part_events
+        self.part_seconds = part_seconds
+        self.final_cti = final_cti
+        self.name = name
+        self.union: Union = None  # type: ignore[assignment]  # built by start()
+        self._output: Any = None
+        self._tap = _Tap()
+        self.sink: RollingFileSink | None = None
+        self.late_sink: RollingFileSink | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = -1
+        self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._listeners: list[Any] = []
+        self._closing = False
+        self._errors: Counter[str] = Counter()
+        self._auth_failures = 0
+        self._refused_connections = 0
+        self._total = 0
+        self._disconnects = 0
+        self._closed_totals = [0, 0, 0, 0]  # events_in, events_out, refused, frames_in
+        self.ws_address: tuple[str, int] | None = None
+        self.tcp_address: tuple[str, int] | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self, *, ws: tuple[str, int] | None = None,
+                    tcp: tuple[str, int] | None = None) -> Server:
+        """Build the union and listen on ``ws`` and/or ``tcp`` (port 0: an ephemeral port)."""
+        if ws is None and tcp is None:
+            raise InputError(f"{self.name}: nothing to listen on; expected ws=(host, port) "
+                             "and/or tcp=(host, port)")
+        loop = self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self.union = Union(self.policy, prefetch=self.prefetch, max_buffered=self.max_buffered,
+                           final_cti=self.final_cti, executor=LoopExecutor(loop),
+                           name=self.name)
+        self._output = broadcast(self.output_capacity)(self.union)
+        self._output.subscribe(self._tap)
+        if self.out_dir is not None:
+            self.sink = RollingFileSink(self.out_dir, prefix="events",
+                                        max_events=self.part_events,
+                                        max_seconds=self.part_seconds)
+            self._output.subscribe(self.sink)
+            self.late_sink = RollingFileSink(self.out_dir, prefix="late",
+                                             max_events=self.part_events,
+                                             max_seconds=self.part_seconds)
+            self.union.late.subscribe(self.late_sink)
+        if ws is not None:
+            from websockets.asyncio.server import serve
+
+            listener = await serve(self._on_websocket, ws[0], ws[1],
+                                   max_size=2 * self.max_frame, compression=None,
+                                   ping_interval=None, max_queue=4)
+            self._listeners.append(listener)
+            self.ws_address = listener.sockets[0].getsockname()[:2]
+        if tcp is not None:
+            listener = await asyncio.start_server(self._on_tcp, tcp[0], tcp[1],
+                                                  limit=self.max_frame + 8)
+            self._listeners.append(listener)
+            self.tcp_address = listener.sockets[0].getsockname()[:2]
+        return self
+
+    @property
+    def ws_url(self) -> str | None:
+        return None if self.ws_address is None else \
+            f"ws://{self.ws_address[0]}:{self.ws_address[1]}"
+
+    @property
+    def tcp_url(self) -> str | None:
+        return None if self.tcp_address is None else \
+            f"tcp://{self.tcp_address[0]}:{self.tcp_address[1]}"
+
+    def subscribe(self, subscriber: Any) -> None:
+        """Subscribe locally to the merged output (shared with remote subscribers)."""
+        if self._output is None:
+            raise ClosedError(f"{self.name}: not started; call await start(...) first")
+        self._output.subscribe(subscriber)
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Stop listening, remove every device input (``cancel`` frames), close the union and
+        wait (up to ``timeout`` s) until its output has ended — every subscriber told, every
+        file part published — then close the connections."""
+        if self._closing:
+            return
+        self._closing = True
+        for listener in self._listeners:
+            listener.close()
+        for conn in list(self._connections):
+            for stream in list(conn.streams.values()):
+                if stream.kind == "publish" and stream.handle is not None:
+                    stream.handle.remove()
+        if self.union is not None:
+            self.union.close()
+            await _bounded(self._until(lambda: self.union.stats().done), timeout)
+        for conn in list(self._connections):
+            await _bounded(conn.transport.close(1001, "server closing"), 1.0)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+        for listener in self._listeners:
+            await _bounded(listener.wait_closed(), 1.0)
+
+    async def _until(self, predicate: Any) -> None:
+        """Wait on the loop until ``predicate()`` holds (checked as the loop turns)."""
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+    async def __aenter__(self) -> Server:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------- accepting
+    async def _on_websocket(self, ws: Any) -> None:
+        await self._serve(WebSocketTransport(ws, self.max_frame))
+
+    async def _on_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._serve(TcpTransport(reader, writer, self.max_frame))
+
+    async def _serve(self, transport: Transport) -> None:
+        self._total += 1
+        if len(self._connections) >= self.max_connections or self._closing:
+            self._refused_connections += 1
+            self._errors["too_many"] += 1
+            transport.write(encode_error(0, "too_many", f"the server has "
+                                         f"{len(self._connections)} connections; at most "
+                                         f"{self.max_connections} are allowed"))
+            await _bounded(transport.close(1013, "too many connections"), 1.0)
+            transport.abort()
+            return
+        conn = _Connection(self, transport)
+        self._connections.add(conn)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await conn.run()
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    def _forget(self, conn: _Connection) -> None:
+        if conn in self._connections:
+            self._connections.discard(conn)
+            totals = self._closed_totals
+            totals[0] += conn.events_in
+            totals[1] += conn.events_out
+            totals[2] += conn.refused
+            totals[3] += conn.frames_in
+
+    def _check_token(self, token: str | None) -> bool:
+        if token is None:
+            return False
+        given = token.encode("utf-8", "surrogatepass")
+        ok = False
+        for accepted in self._tokens:  # every token compared, in constant time each
+            ok |= hmac.compare_digest(given, accepted)
+        return ok
+
+    # ---------------------------------------------------------------- loop helpers
+    def _call(self, fn: Any, *args: Any) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the loop is closing: nothing left to do
+
+    def _soon(self, fn: Any, *args: Any) -> None:
+        if threading.get_ident() == self._thread:
+            self._loop.call_soon(fn, *args)  # type: ignore[union-attr]
+        else:
+            self._call(fn, *args)
+
+    # ---------------------------------------------------------------- stats
+    def stats(self) -> ServerStats:
+        conns = tuple(c.stats() for c in list(self._connections))
+        totals = self._closed_totals
+        received = totals[0] + sum(c.events_in for c in conns)
+        sent = totals[1] + sum(c.events_out for c in conns)
+        refused = totals[2] + sum(c.refused for c in conns)
+        output = self._output.stats() if self._output is not None else None
+        return ServerStats(
+            conns, self._total, self._refused_connections, self._auth_failures,
+            tuple(sorted(self._errors.items())), self._disconnects, received, refused, sent,
+            self._tap.events, self._tap.ctis, self.max_connections, self.max_streams,
+            self.max_frame, self.union.stats() if self.union is not None else None,
+            output.buffered if output else 0, self.output_capacity,
+            self.sink.stats() if self.sink is not None else None)
+
+    def __repr__(self) -> str:
+        return f"Server({self.policy!r}, ws={self.ws_url}, tcp={self.tcp_url})"
+
+
+_ = (report_violation, LateStats)
