@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 from collections import deque
@@ -72,8 +73,22 @@ def _run_logged(task: Task) -> None:
         raise
 
 
+def _run_dropped(task: Task, future: concurrent.futures.Future[None]) -> None:
+    """A queued task was cancelled by ``shutdown(cancel_futures=True)``: nobody would run it,
+    and the subscription that scheduled it would wait forever holding its drain counter. Run
+    it once on a fresh thread instead (not here: this callback runs under the pool's shutdown
+    lock); whatever it schedules next is rejected and turned into ``on_error`` as usual."""
+    if future.cancelled():
+        threading.Thread(target=_run_logged, args=(task,), name="goldilocks-rejected",
+                         daemon=True).start()
+
+
 class PoolExecutor:
-    """Adapts any ``concurrent.futures.Executor``; a shut-down pool raises ``RejectedError``."""
+    """Adapts any ``concurrent.futures.Executor``; a shut-down pool raises ``RejectedError``.
+
+    A task the pool accepted but then dropped (``shutdown(cancel_futures=True)``) still runs,
+    once, on a fresh thread, so the subscriber learns of the shutdown instead of hanging.
+    """
 
     __slots__ = ("pool",)
 
@@ -82,9 +97,10 @@ class PoolExecutor:
 
     def execute(self, task: Task) -> None:
         try:
-            self.pool.submit(_run_logged, task)
+            future = self.pool.submit(_run_logged, task)
         except RuntimeError as err:  # "cannot schedule new futures after shutdown"
             raise RejectedError(f"executor {self.pool!r} rejected a task: {err}") from err
+        future.add_done_callback(functools.partial(_run_dropped, task))
 
     def __repr__(self) -> str:
         return f"PoolExecutor({self.pool!r})"
