@@ -61,7 +61,7 @@ class _IterableSubscription(SubscriptionBase):
                 break
             item = upcoming
             if item is None:
-                self._error = _none_element(self._position)
+                self._error = _none_element(self._position + count)
                 break
             try:
                 upcoming = next(iterator)
