@@ -11,16 +11,18 @@ Each published device stream becomes a union input named after the device. The s
 remote publisher: the union's ``request(n)`` for that input goes out as a ``request`` frame
 (RS §3.8 on the wire), so the device's credit is exactly the union's demand and a slow
 consumer slows the devices end to end. Events beyond the credit are refused, counted, and
-the connection is closed (RS §1.1). The union's output is shared (``broadcast``) among remote
-subscribers (``subscribe`` streams, paced by their ``request`` frames), an optional
-``RollingFileSink`` and a counting tap that keeps the union draining when no one listens.
+the connection is closed (RS §1.1). The union's one subscriber is the server's output fan-out:
+it counts every element that leaves the union and shares it, through one bounded buffer paced
+by the slowest member, with remote subscribers (``subscribe`` streams, paced by their
+``request`` frames) and local ones (an optional ``RollingFileSink``, ``Server.subscribe``).
+With no member, the output is counted and let go, so the union keeps merging (it is live).
 
 Everything runs on one asyncio loop; the union's merge runs on it too (``LoopExecutor``), so
 one ``next`` frame's batch is merged in one drain turn.
 
 Bounds (all in ``stats()``): ``max_connections``; ``max_streams`` active per connection;
 ``max_frame`` bytes per frame; per-input credit (the union's ``prefetch``) and the union's
-``max_buffered``; the output broadcast's ``capacity``; each connection's outgoing queue, which
+``max_buffered``; the output fan-out's ``capacity``; each connection's outgoing queue, which
 holds control frames and ``next`` frames within the credit its subscriber gave. Memory is
 O(connections × streams + the union's bounds); a closed connection leaves only counters.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import logging
 import threading
 from collections import Counter, deque
@@ -40,7 +43,7 @@ from engine.event import CTI, Event
 from engine.eventlog import RollingFileSink
 from engine.executors import LoopExecutor
 from engine.sources import failed
-from engine.subscription import check_subscriber
+from engine.subscription import SubscriptionBase, check_subscriber
 from engine.violations import report_violation
 
 from operators.late import LateStats
@@ -68,7 +71,6 @@ from operators.net.transport import (
     Transport,
     WebSocketTransport,
 )
-from operators.temporal import broadcast
 from operators.union import Union, UnionStats
 
 __all__ = ["Server", "ServerStats", "ConnectionStats", "load_tokens"]
@@ -132,7 +134,8 @@ class ServerStats(NamedTuple):
     max_streams: int
     max_frame: int
     union: UnionStats
-    output_buffered: int       # the broadcast's buffer, and its bound
+    output_buffered: int       # the output fan-out's buffer, its peak and its bound
+    output_peak: int
     output_capacity: int
     files: dict | None         # the rolling event-log sink's stats, if any
 
@@ -281,89 +284,228 @@ class _DevicePublisher:
         subscriber.on_subscribe(stream)  # RS §1.9: first signal
 
 
+# ============================================================================ output fan-out
+class _LocalMember(SubscriptionBase):
+    """A local subscriber of the fan-out (the file sink, ``Server.subscribe``): a cursor into
+    the shared buffer, drained on the server's loop."""
+
+    __slots__ = ("_fanout", "cursor")
+
+    def __init__(self, subscriber: Any, fanout: _Fanout, cursor: int, executor: Any) -> None:
+        super().__init__(subscriber, executor)
+        self._fanout = fanout
+        self.cursor = cursor
+
+    def _emit(self, subscriber: Any, limit: int) -> int:
+        fanout = self._fanout
+        offset = self.cursor - fanout.base
+        batch = list(itertools.islice(fanout.ring, offset, offset + limit))
+        on_next = subscriber.on_next
+        count = 0
+        for item in batch:
+            if self._cancelled:
+                break
+            try:
+                on_next(item)
+            except Exception as err:
+                self.cursor += count
+                self._subscriber_failed("on_next", err)
+                return count
+            count += 1
+        self.cursor += count
+        return count
+
+    def _drained(self) -> bool:
+        fanout = self._fanout
+        return self.cursor >= fanout.base + len(fanout.ring)
+
+    def _on_emitted(self, count: int) -> None:
+        self._fanout._advance()
+
+    def _on_finish(self, cancelled: bool) -> None:
+        self._fanout._leave(self)
+
+    def pump(self) -> None:
+        self.signal()
+
+
+class _Fanout:
+    """The union's one subscriber: counts every element that leaves the union and shares it
+    with the server's outputs — remote ``subscribe`` streams and local subscribers — through
+    one bounded buffer, paced by the slowest member (the broadcast design, in batches: one
+    ``next`` frame per member per loop turn rather than one call per element).
+
+    Members see what arrives after they joined. With no member the output is counted and
+    let go, so the union keeps merging (the output is live). Memory: O(``capacity``).
+    Runs on the server's loop only.
+    """
+
+    def __init__(self, server: Server, capacity: int) -> None:
+        self.server = server
+        self.capacity = capacity
+        self.ring: deque[Event] = deque()
+        self.base = 0             # absolute index of ring[0]
+        self.members: list[Any] = []
+        self.subscription: Any = None
+        self.outstanding = 0      # requested from the union, not yet received
+        self.events = 0
+        self.ctis = 0
+        self.peak = 0
+        self.error: BaseException | None = None
+        self.completed = False
+        self._scheduled = False
+
+    # ---------------------------------------------------------------- subscriber of the union
+    def on_subscribe(self, subscription: Any) -> None:
+        if subscription is None:
+            raise TypeError("RS §2.13: on_subscribe() requires a subscription, got None")
+        if self.subscription is not None:
+            subscription.cancel()  # RS §2.5
+            return
+        self.subscription = subscription
+        self._advance()
+
+    def on_next(self, event: Event) -> None:
+        if event.kind == CTI:
+            self.ctis += 1
+        else:
+            self.events += 1
+        self.outstanding -= 1
+        if self.outstanding < 0:
+            report_violation("RS §1.1", "the union sent more than the server's output "
+                             "requested", party=self.subscription)
+        if self.members:
+            ring = self.ring
+            ring.append(event)
+            if len(ring) > self.peak:
+                self.peak = len(ring)
+            self._schedule()
+        else:
+            self.base += 1
+            if self.outstanding <= self.capacity // 2:
+                self._advance()
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self._terminal()
+
+    def on_complete(self) -> None:
+        self.completed = True
+        self._terminal()
+
+    def _terminal(self) -> None:
+        for member in list(self.members):
+            if isinstance(member, _LocalMember):
+                if self.error is not None:
+                    member._error = self.error  # RS §4.2: at once, demand or not
+                else:
+                    member._completed = True
+        self._schedule()
+
+    # ---------------------------------------------------------------- members
+    def join(self, member: Any) -> None:
+        member.cursor = self.base + len(self.ring)
+        if self.error is not None or self.completed:
+            if isinstance(member, _LocalMember):
+                member._error = self.error
+                member._completed = self.error is None
+        self.members.append(member)
+        self._schedule()
+
+    def subscribe_local(self, subscriber: Any) -> None:
+        member = _LocalMember(subscriber, self, 0, LoopExecutor(self.server._loop))
+        self.join(member)
+        member.start()
+
+    def _leave(self, member: Any) -> None:
+        try:
+            self.members.remove(member)
+        except ValueError:
+            return
+        self._advance()
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self.server._loop.call_soon(self._pump)  # type: ignore[union-attr]
+
+    def _pump(self) -> None:
+        self._scheduled = False
+        for member in list(self.members):
+            member.pump()
+        self._advance()
+
+    def _advance(self) -> None:
+        """Trim what every member has taken; ask the union for the free room in batches."""
+        ring = self.ring
+        members = self.members
+        if members:
+            low = min(member.cursor for member in members)
+            while self.base < low and ring:
+                ring.popleft()
+                self.base += 1
+        else:
+            self.base += len(ring)
+            ring.clear()
+        subscription = self.subscription
+        if subscription is None or self.completed or self.error is not None:
+            return
+        want = self.capacity - len(ring) - self.outstanding
+        if want >= (self.capacity + 1) // 2:
+            self.outstanding += want
+            subscription.request(want)
+
+    def stats(self) -> tuple[int, int, int]:
+        return len(self.ring), self.peak, self.capacity
+
+
 # ============================================================================ output streams
 class _OutputStream:
-    """A ``subscribe`` stream: a subscriber of the union's (broadcast) output that forwards
-    what it receives as ``next`` frames, and the remote side's ``request``/``cancel``."""
+    """A ``subscribe`` stream: a member of the output fan-out that sends what it has credit
+    for (the remote side's ``request`` frames, RS §3.8) as ``next`` frames."""
 
-    __slots__ = ("conn", "id", "subscription", "pending", "batch", "flushing", "state",
-                 "sent", "requested")
+    __slots__ = ("conn", "id", "cursor", "credit", "state", "sent", "requested")
 
     kind = "subscribe"
 
     def __init__(self, conn: _Connection, stream_id: int) -> None:
         self.conn = conn
         self.id = stream_id
-        self.subscription: Any = None
-        self.pending = 0          # requested before on_subscribe
-        self.batch: list[Event] = []
-        self.flushing = False
+        self.cursor = 0
+        self.credit = 0           # requested by the remote subscriber, not yet sent
         self.state = OPEN
         self.sent = 0
         self.requested = 0
 
-    # ---------------------------------------------------------------- Subscriber
-    def on_subscribe(self, subscription: Any) -> None:
-        if subscription is None:
-            raise TypeError("RS §2.13: on_subscribe() requires a subscription, got None")
-        if self.subscription is not None or self.state != OPEN:
-            subscription.cancel()  # RS §2.5
-            return
-        self.subscription = subscription
-        if self.pending:
-            n, self.pending = self.pending, 0
-            subscription.request(n)
-
-    def on_next(self, event: Event) -> None:
-        if event is None:
-            raise TypeError("RS §2.13: on_next() requires an element, got None")
-        batch = self.batch
-        batch.append(event)
-        if len(batch) >= MAX_BATCH:
-            self._flush()
-        elif not self.flushing:
-            self.flushing = True
-            self.conn.server._soon(self._flush)
-
-    def on_error(self, error: BaseException) -> None:
-        self.conn.server._soon(self._finish, error)
-
-    def on_complete(self) -> None:
-        self.conn.server._soon(self._finish, None)
-
-    # ---------------------------------------------------------------- frames out
-    def _flush(self) -> None:
-        self.flushing = False
-        batch = self.batch
-        if not batch or self.state != OPEN:
-            batch.clear()
-            return
-        self.batch = []
-        self.sent += len(batch)
-        self.conn.events_out += len(batch)
-        self.conn.write_events(self.id, batch)
-
-    def _finish(self, error: BaseException | None) -> None:
+    def pump(self) -> None:
         if self.state != OPEN:
             return
-        self._flush()
-        self.state = FAILED if error is not None else COMPLETED
-        self.subscription = None
-        if error is None:
-            self.conn.write(encode_complete(self.id))
-        else:
-            self.conn.write(encode_error(self.id, "upstream_error",
-                                         f"the union's output failed: {error}"))
-        self.conn._stream_ended(self)
+        fanout = self.conn.server._fanout
+        available = fanout.base + len(fanout.ring) - self.cursor
+        take = available if available < self.credit else self.credit
+        if take > 0:  # RS §1.1: never more than requested
+            offset = self.cursor - fanout.base
+            events = list(itertools.islice(fanout.ring, offset, offset + take))
+            self.cursor += take
+            self.credit -= take
+            self.sent += take
+            self.conn.events_out += take
+            self.conn.write_events(self.id, events)
+            available -= take
+        if available == 0 and (fanout.completed or fanout.error is not None):
+            self.state = FAILED if fanout.error is not None else COMPLETED
+            if fanout.error is None:
+                self.conn.write(encode_complete(self.id))  # RS §1.5
+            else:
+                self.conn.write(encode_error(self.id, "upstream_error",  # RS §1.4
+                                             f"the union's output failed: {fanout.error}"))
+            self._detach()
 
     # ---------------------------------------------------------------- frames in
     def on_request_frame(self, n: int) -> None:
         self.requested = min(self.requested + n, MAX_DEMAND)
-        subscription = self.subscription
-        if subscription is None:
-            self.pending = min(self.pending + n, MAX_DEMAND)
-        else:
-            subscription.request(n)  # RS §3.8 on the wire
+        self.credit = min(self.credit + n, MAX_DEMAND)  # RS §3.8, §3.17
+        self.conn.server._fanout._schedule()
 
     def on_cancel_frame(self) -> None:
         self.close()
@@ -371,14 +513,15 @@ class _OutputStream:
     def close(self) -> None:
         if self.state != OPEN:
             return
-        self.state = CANCELLED
-        self.batch.clear()
-        subscription, self.subscription = self.subscription, None
-        if subscription is not None:
-            subscription.cancel()  # RS §3.12
-        self.conn._stream_ended(self)
+        self.state = CANCELLED  # RS §3.12: stop, drop the references
+        self._detach()
 
-    on_lost = lambda self, reason: self.close()  # noqa: E731
+    def _detach(self) -> None:
+        self.conn._stream_ended(self)
+        self.conn.server._fanout._leave(self)
+
+    def on_lost(self, reason: BaseException) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"<subscribe stream {self.id} {self.state}>"
@@ -590,7 +733,7 @@ class _Connection:
         if frame.type == "subscribe":
             out = _OutputStream(self, sid)
             self.streams[sid] = out
-            server._output.subscribe(out)
+            server._fanout.join(out)
             return
         stream = _DeviceStream(self, sid, frame.device)  # type: ignore[arg-type]
         self.streams[sid] = stream
@@ -616,34 +759,6 @@ async def _bounded(coro: Any, timeout: float) -> None:
 
 
 # ============================================================================ the server
-class _Tap:
-    """A member of the output broadcast that takes everything and counts it, so the union
-    keeps merging when no remote subscriber or sink is attached (the output is live)."""
-
-    __slots__ = ("events", "ctis", "subscription")
-
-    def __init__(self) -> None:
-        self.events = 0
-        self.ctis = 0
-        self.subscription: Any = None
-
-    def on_subscribe(self, subscription: Any) -> None:
-        self.subscription = subscription
-        subscription.request(MAX_DEMAND)  # RS §3.17: unbounded
-
-    def on_next(self, event: Event) -> None:
-        if event.kind == CTI:
-            self.ctis += 1
-        else:
-            self.events += 1
-
-    def on_error(self, error: BaseException) -> None:
-        pass
-
-    def on_complete(self) -> None:
-        pass
-
-
 class Server:
     """A ``Union`` under ``policy`` fed by devices over the network (see the module doc).
 
@@ -683,8 +798,7 @@ class Server:
         self.final_cti = final_cti
         self.name = name
         self.union: Union = None  # type: ignore[assignment]  # built by start()
-        self._output: Any = None
-        self._tap = _Tap()
+        self._fanout: _Fanout = None  # type: ignore[assignment]  # built by start()
         self.sink: RollingFileSink | None = None
         self.late_sink: RollingFileSink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -714,13 +828,13 @@ class Server:
         self.union = Union(self.policy, prefetch=self.prefetch, max_buffered=self.max_buffered,
                            final_cti=self.final_cti, executor=LoopExecutor(loop),
                            name=self.name)
-        self._output = broadcast(self.output_capacity)(self.union)
-        self._output.subscribe(self._tap)
+        self._fanout = _Fanout(self, self.output_capacity)
+        self.union.subscribe(self._fanout)
         if self.out_dir is not None:
             self.sink = RollingFileSink(self.out_dir, prefix="events",
                                         max_events=self.part_events,
                                         max_seconds=self.part_seconds)
-            self._output.subscribe(self.sink)
+            self._fanout.subscribe_local(self.sink)
             self.late_sink = RollingFileSink(self.out_dir, prefix="late",
                                              max_events=self.part_events,
                                              max_seconds=self.part_seconds)
@@ -752,9 +866,10 @@ class Server:
 
     def subscribe(self, subscriber: Any) -> None:
         """Subscribe locally to the merged output (shared with remote subscribers)."""
-        if self._output is None:
+        check_subscriber(subscriber)  # RS §1.9
+        if self._fanout is None:
             raise ClosedError(f"{self.name}: not started; call await start(...) first")
-        self._output.subscribe(subscriber)
+        self._soon(self._fanout.subscribe_local, subscriber)
 
     async def close(self, timeout: float = 10.0) -> None:
         """Stop listening, remove every device input (``cancel`` frames), close the union and
@@ -771,7 +886,8 @@ class Server:
                     stream.handle.remove()
         if self.union is not None:
             self.union.close()
-            await _bounded(self._until(lambda: self.union.stats().done), timeout)
+            await _bounded(self._until(lambda: self.union.stats().done
+                                        and not self._fanout.members), timeout)
         for conn in list(self._connections):
             await _bounded(conn.transport.close(1001, "server closing"), 1.0)
         for task in list(self._tasks):
@@ -862,17 +978,18 @@ class Server:
         received = totals[0] + sum(c.events_in for c in conns)
         sent = totals[1] + sum(c.events_out for c in conns)
         refused = totals[2] + sum(c.refused for c in conns)
-        output = self._output.stats() if self._output is not None else None
+        fanout = self._fanout
         return ServerStats(
             conns, self._total, self._refused_connections, self._auth_failures,
             tuple(sorted(self._errors.items())), self._disconnects, received, refused, sent,
-            self._tap.events, self._tap.ctis, self.max_connections, self.max_streams,
+            fanout.events if fanout else 0, fanout.ctis if fanout else 0, self.max_connections, self.max_streams,
             self.max_frame, self.union.stats() if self.union is not None else None,
-            output.buffered if output else 0, self.output_capacity,
+            len(fanout.ring) if fanout else 0, fanout.peak if fanout else 0,
+            self.output_capacity,
             self.sink.stats() if self.sink is not None else None)
 
     def __repr__(self) -> str:
         return f"Server({self.policy!r}, ws={self.ws_url}, tcp={self.tcp_url})"
 
 
-_ = (report_violation, LateStats)
+_ = LateStats

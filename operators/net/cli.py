@@ -1,0 +1,119 @@
+"""``goldilocks serve``: run a union behind the network protocol until interrupted.
+
+Registered through the ``goldilocks.commands`` entry-point group
+(``serve = "operators.net.cli:SERVE"``); ``engine`` never imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from engine.cli import Command
+from engine.errors import InputError
+from engine.times import NS_PER_S, to_duration_ns
+
+__all__ = ["SERVE"]
+
+_HELP = """\
+Merge device streams published over the network (WebSocket, and plain TCP with --tcp) with a
+CTI policy. Each device stream becomes a union input named after the device; devices are
+granted credit from the union's demand, so a slow consumer slows them. The merged output can
+be subscribed to remotely and, with --out-dir, is written as rolling event-log parts
+(events-NNNNNN.jsonl, late-NNNNNN.jsonl) for Spark. Stops on SIGINT or SIGTERM: inputs are
+removed, the union is closed and the last parts are published. Prints 'listening on URL' per
+transport on stdout, and a summary on stderr at the end. Protocol: docs/protocol.md.
+
+example:
+  goldilocks serve --listen 127.0.0.1:8765 --tcp 127.0.0.1:8766 --token-file tokens.txt \\
+      --delay 5m --out-dir out/
+"""
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", required=True, metavar="HOST:PORT",
+                   help="WebSocket address (port 0: any free port)")
+    p.add_argument("--tcp", default=None, metavar="HOST:PORT",
+                   help="also accept plain TCP (length-prefixed frames) here")
+    p.add_argument("--token-file", required=True, metavar="FILE",
+                   help="accepted tokens, one per line ('#' comments); never logged")
+    p.add_argument("--delay", default=None,
+                   help="CTI delay, e.g. 5m, 90s, PT5M (default: 5m for goldilocks, 0 otherwise)")
+    p.add_argument("--policy", default="goldilocks", help="goldilocks | min | max")
+    p.add_argument("--on-late", choices=("drop", "adjust"), default="drop",
+                   help="what happens to late inserts (default drop)")
+    p.add_argument("--out-dir", default=None, metavar="DIR",
+                   help="write the merged output and late records as rolling event-log parts")
+    p.add_argument("--part-events", type=int, default=100_000, metavar="N",
+                   help="events per part (default 100000)")
+    p.add_argument("--part-seconds", default="60s", metavar="DURATION",
+                   help="close a part after this long (default 60s)")
+    p.add_argument("--idle-timeout", default="30s", metavar="DURATION",
+                   help="close a connection silent this long (default 30s)")
+    p.add_argument("--max-frame", type=int, default=1 << 20, metavar="BYTES",
+                   help="largest frame accepted (default 1048576)")
+    p.add_argument("--max-connections", type=int, default=1024, metavar="N")
+    p.add_argument("--prefetch", type=int, default=1024, metavar="N",
+                   help="credit per device (default 1024)")
+
+
+def _seconds(text: str, what: str) -> float:
+    ns = to_duration_ns(text)
+    if ns <= 0:
+        raise InputError(f"{what} {text!r}; expected a positive duration such as 30s")
+    return ns / NS_PER_S
+
+
+def _policy(args: argparse.Namespace):
+    from engine.policy import resolve_policy
+
+    delay = args.delay if args.delay is not None else ("5m" if args.policy == "goldilocks"
+                                                       else 0)
+    try:
+        return resolve_policy(args.policy, delay=delay, on_late=args.on_late)
+    except ValueError as err:
+        if isinstance(err, InputError):
+            raise
+        raise InputError(str(err)) from err
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from operators.net.server import Server, load_tokens
+    from operators.net.transport import parse_address
+
+    ws = parse_address(args.listen, "--listen")
+    tcp = parse_address(args.tcp, "--tcp") if args.tcp else None
+    server = Server(_policy(args), tokens=load_tokens(args.token_file),
+                    idle_timeout=_seconds(args.idle_timeout, "--idle-timeout"),
+                    max_frame=args.max_frame, max_connections=args.max_connections,
+                    prefetch=args.prefetch, out_dir=args.out_dir,
+                    part_events=args.part_events,
+                    part_seconds=_seconds(args.part_seconds, "--part-seconds"))
+    await server.start(ws=ws, tcp=tcp)
+    for url in (server.ws_url, server.tcp_url):
+        if url:
+            print(f"listening on {url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.close()
+    s = server.stats()
+    u = s.union
+    print(f"serve: {s.connections_total} connections ({s.auth_failures} refused at setup, "
+          f"{sum(n for _, n in s.protocol_errors)} protocol errors); "
+          f"{s.events_received} events received, {s.events_refused} refused; "
+          f"{u.emitted} emitted, {u.dropped} late dropped, {u.adjusted} adjusted, "
+          f"{s.output_ctis} CTIs; {len(u.inputs)} inputs", file=sys.stderr, flush=True)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    return asyncio.run(_serve(args))
+
+
+SERVE = Command("serve", "merge device streams published over WebSocket/TCP", _configure,
+                _run, description=_HELP)

@@ -1,0 +1,161 @@
+"""The frame codec: round trips, every refusal names what was wrong, and a fuzzed decoder
+from which nothing but ``ProtocolError`` escapes."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.event import Event
+from engine.times import MAX_TIME
+from operators.net.protocol import (
+    MAX_BATCH,
+    ProtocolError,
+    decode_events,
+    decode_frame,
+    encode_cancel,
+    encode_complete,
+    encode_error,
+    encode_keepalive,
+    encode_next,
+    encode_ok,
+    encode_publish,
+    encode_request,
+    encode_setup,
+    encode_subscribe,
+)
+
+
+def test_every_frame_round_trips():
+    events = [Event.point(5, {"v": 1}), Event.interval(1, 9, "x"), Event.cti(4)]
+    frame = decode_frame(encode_next(3, events))
+    assert (frame.type, frame.stream) == ("next", 3)
+    assert decode_events(frame.events, "A", stream=3) == [e.with_source("A") for e in events]
+    out = decode_frame(encode_next(2, [e.with_source("B") for e in events], with_source=True))
+    assert decode_events(out.events, None, with_source=True)[0].source == "B"
+    assert decode_frame(encode_request(1, 64)).n == 64
+    assert decode_frame(encode_publish(7, "thermo-1")).device == "thermo-1"
+    assert decode_frame(encode_subscribe(9)).type == "subscribe"
+    assert decode_frame(encode_cancel(1)).type == "cancel"
+    assert decode_frame(encode_complete(1)).type == "complete"
+    err = decode_frame(encode_error(0, "overrun", "too many"))
+    assert (err.code, err.message, err.stream) == ("overrun", "too many", 0)
+    assert decode_frame(encode_keepalive()).type == "keepalive"
+    setup = decode_frame(encode_setup("secret-token"))
+    assert setup.token == "secret-token" and setup.version == 1
+    assert decode_frame(encode_ok(1, max_frame=10)).info == {"max_frame": 10}
+
+
+def test_a_frame_repr_never_shows_the_token():
+    frame = decode_frame(encode_setup("hunter2-token"))
+    assert "hunter2" not in repr(frame) and "<redacted>" in repr(frame)
+
+
+def test_request_saturates_at_max_demand():  # RS §3.17
+    assert decode_frame(b'{"type":"request","stream":1,"n":%d}' % (2**64 - 1)).n == 2**63 - 1
+
+
+@pytest.mark.parametrize("data, code, words", [
+    (b"not json", "malformed", "not valid UTF-8 JSON"),
+    (b"[1,2]", "malformed", "expected a JSON object"),
+    (b'{"type":"hello"}', "malformed", "frame type 'hello'"),
+    (b'{"type":"next","stream":1,"events":[]}', "malformed", "non-empty list"),
+    (b'{"type":"next","stream":"1","events":[]}', "malformed", "stream '1'"),
+    (b'{"type":"request","stream":1}', "malformed", "missing field 'n'"),
+    (b'{"type":"request","stream":1,"n":0}', "malformed", "RS §3.9"),
+    (b'{"type":"request","stream":1,"n":true}', "malformed", "field 'n' is bool"),
+    (b'{"type":"publish","stream":1,"device":""}', "malformed", "device name"),
+    (b'{"type":"publish","stream":0,"device":"a"}', "malformed", "stream 0"),
+    (b'{"type":"keepalive","stream":3}', "malformed", "expected 0"),
+    (b'{"type":"setup","version":"1"}', "malformed", "field 'version' is str"),
+])
+def test_malformed_frames_are_refused_naming_the_fault(data, code, words):
+    with pytest.raises(ProtocolError) as info:
+        decode_frame(data)
+    assert info.value.code == code
+    assert words in str(info.value)
+
+
+def test_a_bad_token_type_is_refused_without_echoing_it():
+    with pytest.raises(ProtocolError) as info:
+        decode_frame(b'{"type":"setup","version":1,"token":["my-secret"]}')
+    assert "my-secret" not in str(info.value)
+
+
+def test_oversized_frames_are_refused_before_parsing():
+    with pytest.raises(ProtocolError) as info:
+        decode_frame(b" " * 200, max_frame=100)
+    assert info.value.code == "oversized" and "200 bytes" in str(info.value)
+
+
+def test_too_many_events_in_one_frame():
+    rows = [["point", 1, None, None]] * (MAX_BATCH + 1)
+    with pytest.raises(ProtocolError, match="at most"):
+        decode_frame(orjson.dumps({"type": "next", "stream": 1, "events": rows}),
+                     max_frame=1 << 24)
+
+
+@pytest.mark.parametrize("row, words", [
+    ("x", "expected [kind, start, end, payload]"),
+    (["blip", 1, None, None], "kind 'blip'"),
+    (["point", 1.5, None, None], "start 1.5"),
+    (["point", True, None, None], "start True"),
+    (["point", 2**63, None, None], "int64"),
+    (["point", 1, 5, None], "expected null or start + 1"),
+    (["interval", 5, 5, None], "end > start"),
+    (["cti", 5, 6, None], "a cti with end 6"),
+    (["point", 1, None, None, "B"], "has 5 elements"),
+])
+def test_bad_events_are_refused_naming_the_event(row, words):
+    with pytest.raises(ProtocolError) as info:
+        decode_events([["point", 0, None, None], row], "A", stream=4)
+    assert "event 1 on stream 4" in str(info.value) and words in str(info.value)
+
+
+def test_edges_of_time_are_accepted():
+    events = decode_events([["cti", MAX_TIME, None, None], ["point", -(2**63), None, None]],
+                           "A")
+    assert events[0].start == MAX_TIME and events[1].end == -(2**63) + 1
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["type", "stream", "n", "events", "device", "code",
+                                       "message", "version", "token", "x"]), inner,
+                      max_size=5),
+    max_leaves=20)
+_types = st.sampled_from(["setup", "ok", "publish", "subscribe", "request", "cancel", "next",
+                          "complete", "error", "keepalive", "nope"])
+
+
+@st.composite
+def _frames(draw):
+    """Near-valid frames (a real type, fields of random shape) and plain garbage."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=64))
+    obj = draw(st.dictionaries(st.sampled_from(["stream", "n", "events", "device", "code",
+                                                "message", "version", "token"]), _json,
+                               max_size=4))
+    obj["type"] = draw(_types)
+    if draw(st.booleans()):
+        obj["events"] = draw(st.lists(st.lists(_json, max_size=6), min_size=1, max_size=4))
+    data = json.dumps(obj).encode()  # the standard library: integers of any size
+    cut = draw(st.integers(min_value=0, max_value=len(data)))
+    return data if draw(st.booleans()) else data[:cut]
+
+
+@settings(max_examples=400, deadline=None)
+@given(_frames(), st.booleans())
+def test_fuzz_only_protocol_errors_escape_the_decoder(data, with_source):
+    try:
+        frame = decode_frame(data, max_frame=512)
+        if frame.events is not None:
+            decode_events(frame.events, "dev", stream=frame.stream, with_source=with_source)
+    except ProtocolError as err:
+        assert err.code in ("malformed", "oversized") and str(err)
