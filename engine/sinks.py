@@ -78,11 +78,17 @@ class CallbackSubscriber:
     def on_subscribe(self, subscription: Subscription) -> None:
         _check_signal(subscription, "on_subscribe")  # RS §2.13
         with self._lock:
-            if self._subscription is not None or self._terminated or self._cancelled:
+            cancelled_first = self._cancelled and self._subscription is None
+            if cancelled_first:
+                duplicate = False
+            elif self._subscription is not None or self._terminated:
                 duplicate = True
             else:
                 duplicate = False
                 self._subscription = subscription
+        if cancelled_first:  # cancel() came before on_subscribe (e.g. collect timed out)
+            subscription.cancel()
+            return
         if duplicate:
             subscription.cancel()  # RS §2.5: one active subscription at a time
             report_violation("RS §2.5", f"{self!r} received a second on_subscribe; cancelled it",
