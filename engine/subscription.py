@@ -157,7 +157,7 @@ class SubscriptionBase:
                 return False
             if self._done:
                 return False
-            if self._error is None:
+            if self._error is None and not self._cancelled:  # cancelled in on_subscribe
                 try:
                     self._prepare()
                 except Exception as err:  # the source could not start: RS §1.4
