@@ -90,9 +90,14 @@ class Workload:
             return Columns(np.zeros(0, bool), empty, empty, np.zeros(0, np.int8))
         return Columns(*(np.concatenate(c) for c in zip(*parts)))
 
-    @property
+    @cached_property
     def inserts(self) -> int:
-        return int(self.n - np.count_nonzero(self.columns.is_cti))
+        """Inserts in the workload (records that are not CTIs), from the definition."""
+        ctis = 0
+        for i in range(self.k):
+            records = (self.n - i + self.k - 1) // self.k  # input i's records
+            ctis += records // CTI_EVERY
+        return self.n - ctis
 
     def iter_events(self, chunk: int = 65_536) -> Iterator[Event]:
         """The records as ``Event``s in arrival order, built ``chunk`` at a time (the memory
