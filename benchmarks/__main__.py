@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from benchmarks.harness import (MEMORY, NAMES, TARGETS, CountMismatch, Row, check_targets,
+from benchmarks.harness import (MEMORY, NAMES, SHORT_RUN, CountMismatch, Row, check_targets,
                                 child_main, machine, rows_to_json, run)
 
 __all__ = ["main", "print_table"]
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
                         help=f"run only these (plain_loop and rxpy are added for the ratios); "
                              f"names: {', '.join(NAMES)}")
+    parser.add_argument("--min-time", type=float, default=SHORT_RUN, metavar="SECONDS",
+                        help="repeat runs shorter than this within a round and take their "
+                             f"median (default {SHORT_RUN}; 0: one run each)")
     parser.add_argument("--seed", type=int, default=None, help="the late draw's seed")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rows = run(n, args.rounds, warmup=args.warmup, names=names,
-                   memory_events=memory_events, rss=not args.no_rss, seed=args.seed, log=log)
+                   memory_events=memory_events, rss=not args.no_rss, seed=args.seed,
+                   short_run=args.min_time, log=log)
     except CountMismatch as err:
         print(f"FAILED: implementations disagree: {err}", file=sys.stderr)
         return 1

@@ -141,12 +141,14 @@ def _timed(impl: Impl, w: Workload) -> tuple[float, Counts, int]:
 
 def run(n: int = 1_000_000, rounds: int = 5, *, warmup: int = 1, names: tuple[str, ...] = NAMES,
         memory_events: int = 10_000_000, rss: bool = True, seed: int | None = None,
+        short_run: float = SHORT_RUN,
         log: Callable[[str], None] = lambda s: None) -> list[Row]:
     """Run ``warmup`` discarded rounds and ``rounds`` timed rounds; each round runs every
     implementation once, in an order rotated every round, and checks its counts.
 
     ``rss``: also measure each implementation's peak RSS in a fresh subprocess, and run the
     slow-subscriber memory benchmark in one (else in this process, without RSS figures).
+    ``short_run``: runs shorter than this (s) are repeated within their round (0: never).
     """
     kwargs = {} if seed is None else {"seed": seed}
     w = Workload(n, **kwargs)
@@ -170,7 +172,7 @@ def run(n: int = 1_000_000, rounds: int = 5, *, warmup: int = 1, names: tuple[st
                     dt, counts, received = _timed(impl, w)
                     check(impl, counts, received, expected, inserts)
                     times.append(dt)
-                    if sum(times) >= SHORT_RUN or len(times) >= MAX_REPEATS:
+                    if sum(times) >= short_run or len(times) >= MAX_REPEATS:
                         break
                 rows[impl.name].counts = counts
                 seconds[impl.name] = statistics.median(times)
@@ -199,7 +201,7 @@ def run(n: int = 1_000_000, rounds: int = 5, *, warmup: int = 1, names: tuple[st
     return result
 
 
-def pair_ratio(rows: list[Row], name: str, versus: str, n_rounds: int | None = None) -> float | None:
+def pair_ratio(rows: list[Row], name: str, versus: str) -> float | None:
     """Median over rounds of rate(name) / rate(versus), each ratio taken within one round."""
     by = {row.name: row for row in rows}
     if name not in by or versus not in by or not by[name].rates:

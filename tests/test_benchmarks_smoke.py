@@ -29,7 +29,7 @@ N = 4_000
 
 @pytest.fixture(scope="module")
 def rows():
-    return run(N, rounds=1, warmup=0, memory_events=N, rss=False)
+    return run(N, rounds=1, warmup=0, memory_events=N, rss=False, short_run=0)
 
 
 def test_every_implementation_ran_and_agreed(rows):
@@ -63,7 +63,7 @@ def test_the_reference_counts_are_the_workload_definition():
 def test_json_has_every_name(tmp_path, capsys):
     out = tmp_path / "bench.json"
     code = main(["-n", str(N), "--memory-events", str(N), "--no-rss", "--json", str(out),
-                 "--warmup", "0"])
+                 "--warmup", "0", "--min-time", "0"])
     assert code == 0
     data = json.loads(out.read_text())
     assert [obj["name"] for obj in data] == list(NAMES)
