@@ -879,7 +879,10 @@ class Server:
             return
         self._closing = True
         for listener in self._listeners:
-            listener.close()
+            if isinstance(listener, asyncio.Server):
+                listener.close()
+            else:  # websockets: stop accepting, but let the connections end in order
+                listener.close(close_connections=False)
         for conn in list(self._connections):
             for stream in list(conn.streams.values()):
                 if stream.kind == "publish" and stream.handle is not None:

@@ -75,8 +75,8 @@ class Transport:
             self._writer_task = asyncio.get_running_loop().create_task(self._writer())
 
     async def drain(self) -> None:
-        if self._out and not self._closed:
-            await self._idle.wait()
+        if not self._closed and not self._idle.is_set():
+            await self._idle.wait()  # set by the writer once the queue is empty and written
 
     async def _writer(self) -> None:
         out = self._out
