@@ -18,7 +18,7 @@ from engine.errors import ClosedError
 from engine.event import LateRecord
 from engine.executors import INLINE
 from engine.sources import failed
-from engine.subscription import SubscriptionBase, check_subscriber
+from engine.subscription import BufferedSubscription, SubscriptionBase, check_subscriber
 
 __all__ = ["LateOutput", "LateStats"]
 
@@ -31,29 +31,18 @@ class LateStats(NamedTuple):
     overflow: int   # records not kept because the buffer was full (counted, TS §3.3)
 
 
-class _LateSubscription(SubscriptionBase):
+class _LateSubscription(BufferedSubscription):
+    """Delivers from the output's own buffer, which outlives any one subscriber."""
+
     __slots__ = ("_owner",)
 
     def __init__(self, subscriber: Any, owner: LateOutput) -> None:
-        super().__init__(subscriber, INLINE)
+        super().__init__(subscriber, owner.capacity, INLINE)
+        self._buffer = owner._buffer  # shared: records wait there with or without a subscriber
         self._owner = owner
 
-    def _emit(self, subscriber: Any, limit: int) -> int:
-        buffer = self._owner._buffer
-        on_next = subscriber.on_next
-        count = 0
-        while count < limit and buffer and not self._cancelled:
-            record = buffer.popleft()
-            try:
-                on_next(record)
-            except Exception as err:
-                self._subscriber_failed("on_next", err)
-                return count
-            count += 1
-        return count
-
-    def _drained(self) -> bool:
-        return not self._owner._buffer
+    def _release(self) -> None:
+        SubscriptionBase._release(self)  # keep the records for the next subscriber
 
     def _on_finish(self, cancelled: bool) -> None:
         self._owner._detach(self)
