@@ -66,6 +66,7 @@ from operators.net.protocol import (
     encode_request,
 )
 from operators.net.transport import (
+    WS_LOGGER,
     ConnectionClosed,
     TcpTransport,
     Transport,
@@ -844,7 +845,7 @@ class Server:
 
             listener = await serve(self._on_websocket, ws[0], ws[1],
                                    max_size=2 * self.max_frame, compression=None,
-                                   ping_interval=None, max_queue=4)
+                                   ping_interval=None, max_queue=4, logger=WS_LOGGER)
             self._listeners.append(listener)
             self.ws_address = listener.sockets[0].getsockname()[:2]
         if tcp is not None:

@@ -14,13 +14,27 @@ so the order of frames is the order of ``write`` calls.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from typing import Any
 
 from operators.net.protocol import LENGTH, ProtocolError
 
 __all__ = ["ConnectionClosed", "Transport", "TcpTransport", "WebSocketTransport",
-           "open_transport", "parse_address"]
+           "open_transport", "parse_address", "WS_LOGGER"]
+
+
+class _NoFrameDumps(logging.Filter):
+    """The ``websockets`` library logs every frame's contents at DEBUG (``"< %s"``,
+    ``"> %s"``); a setup frame carries the token, so those records are never emitted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in ("< %s", "> %s")
+
+
+#: The logger handed to ``websockets`` (server and client): its own messages, no frame dumps.
+WS_LOGGER = logging.getLogger("goldilocks.net.websockets")
+WS_LOGGER.addFilter(_NoFrameDumps())
 
 
 class ConnectionClosed(Exception):
@@ -236,6 +250,6 @@ async def open_transport(url: str, *, max_frame: int, open_timeout: float = 10.0
         from websockets.asyncio.client import connect
 
         ws = await connect(url, max_size=2 * max_frame, compression=None,
-                           open_timeout=open_timeout, ping_interval=None)
+                           open_timeout=open_timeout, ping_interval=None, logger=WS_LOGGER)
         return WebSocketTransport(ws, max_frame)
     raise InputError(f"url {url!r}; expected ws://HOST:PORT or tcp://HOST:PORT")

@@ -91,3 +91,11 @@ def points(times: list[int], payload: Any = None) -> list[Event]:
     return [Event.point(t, payload) for t in times]
 
 
+
+
+def input_of(server: Server, name: str) -> Any:
+    """The union's stats for input ``name``, or None before it joined."""
+    for stats in server.stats().union.inputs:
+        if stats.name == name:
+            return stats
+    return None
