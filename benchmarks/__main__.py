@@ -16,7 +16,7 @@ import sys
 from benchmarks.harness import (MEMORY, NAMES, SHORT_RUN, CountMismatch, Row, check_targets,
                                 child_main, machine, rows_to_json, run)
 
-__all__ = ["main", "print_table"]
+__all__ = ["main", "print_table", "markdown_table"]
 
 
 def _fmt_rate(x: float | None) -> str:
@@ -72,6 +72,21 @@ def print_table(rows: list[Row], *, n: int, rounds: int, memory_events: int) -> 
                   f"{info['os']}; {info['libraries']}")
 
 
+def markdown_table(rows: list[Row]) -> str:
+    """The table as Markdown (what docs/performance.md shows)."""
+    lines = ["| implementation | | events/s median | min | max | × plain loop | × RxPY "
+             "| peak RSS MiB | RSS growth MiB |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for row in rows:
+        cells = [f"`{row.name}`", row.group, _fmt_rate(row.median),
+                 _fmt_rate(min(row.rates)) if row.rates else "-",
+                 _fmt_rate(max(row.rates)) if row.rates else "-",
+                 _fmt_ratio(row.ratio_plain), _fmt_ratio(row.ratio_rxpy),
+                 _fmt_mib(row.peak_rss_mib), _fmt_mib(row.rss_growth_mib)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split(
         "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"median (default {SHORT_RUN}; 0: one run each)")
     parser.add_argument("--seed", type=int, default=None, help="the late draw's seed")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
+    parser.add_argument("--markdown", metavar="FILE", help="write the table as Markdown to FILE")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -124,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows_to_json(rows), f, indent=2)
             f.write("\n")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(markdown_table(rows))
     return 0
 
 
