@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from benchmarks.harness import (MEMORY, NAMES, SHORT_RUN, CountMismatch, Row, check_targets,
+from benchmarks.harness import (ALL_NAMES, MEMORY, SHORT_RUN, CountMismatch, Row, check_targets,
                                 child_main, machine, rows_to_json, run)
 
 __all__ = ["main", "print_table", "markdown_table"]
@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="events through the slow subscriber (default 10M; --quick 1M)")
     parser.add_argument("--no-rss", action="store_true",
                         help="skip the fresh-process RSS measurements")
-    parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
+    parser.add_argument("--only", nargs="+", choices=ALL_NAMES, metavar="NAME",
                         help=f"run only these (plain_loop and rxpy are added for the ratios); "
-                             f"names: {', '.join(NAMES)}")
+                             f"names: {', '.join(ALL_NAMES)}")
     parser.add_argument("--min-time", type=float, default=SHORT_RUN, metavar="SECONDS",
                         help="repeat runs shorter than this within a round and take their "
                              f"median (default {SHORT_RUN}; 0: one run each)")
@@ -121,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     if n < 4 * 100:
         parser.error("-n must be at least 400 (every input needs a CTI)")
     memory_events = args.memory_events or (1_000_000 if args.quick else 10_000_000)
-    names = NAMES
+    names = ALL_NAMES
     if args.only:
-        names = tuple(x for x in NAMES if x in set(args.only) | {"plain_loop", "rxpy"})
+        names = tuple(x for x in ALL_NAMES if x in set(args.only) | {"plain_loop", "rxpy"})
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 from benchmarks import ours, peers
 from benchmarks.workload import Counts, Workload
 
-__all__ = ["Impl", "IMPLS", "NAMES", "Row", "CountMismatch", "run", "rows_to_json",
+__all__ = ["Impl", "IMPLS", "NAMES", "ALL_NAMES", "EXTRA", "Row", "CountMismatch", "run", "rows_to_json",
            "measure_rss", "machine", "TARGETS", "check_targets"]
 
 
@@ -44,6 +44,7 @@ IMPLS: tuple[Impl, ...] = (
     Impl("thread_queues", peers.thread_queues, "peer", True, ("per_input",)),
     Impl("numpy", peers.numpy_vectorised, "peer", True, ("columns",)),
     Impl("union_inline", ours.union_inline, "ours", True, ("merged", "source_index")),
+    Impl("union_feed", ours.union_feed, "ours", True, ("merged", "source_index")),
     Impl("union_threads", ours.union_threads, "ours", False, ("per_input",)),
     Impl("union_asyncio", ours.union_asyncio, "ours", False, ("per_input",)),
     Impl("cti_sync", ours.cti_sync, "ours", True, ("merged",)),
@@ -52,7 +53,10 @@ IMPLS: tuple[Impl, ...] = (
     Impl("replay_parquet", ours.replay_parquet, "ours", True, ("log:parquet",)),
 )
 MEMORY = "slow_subscriber_memory"
-NAMES: tuple[str, ...] = tuple(i.name for i in IMPLS) + (MEMORY,)
+#: Rows printed but not written to JSON, whose names are fixed (``NAMES``).
+EXTRA: tuple[str, ...] = ("union_feed",)
+ALL_NAMES: tuple[str, ...] = tuple(i.name for i in IMPLS) + (MEMORY,)
+NAMES: tuple[str, ...] = tuple(name for name in ALL_NAMES if name not in EXTRA)
 _BY_NAME = {i.name: i for i in IMPLS}
 
 #: (name, versus, minimum ratio of name to versus, within each round) and the memory bound.
@@ -61,6 +65,8 @@ TARGETS = (
     ("union_inline", "plain_loop", 0.2),
     ("union_threads", "thread_queues", 2.0),
     ("columnar", "numpy", 0.5),
+    ("union_feed", "rxpy", 10.0),        # the same targets for the batch path, for reference
+    ("union_feed", "plain_loop", 0.2),
 )
 MEMORY_TARGET_MIB = 16.0
 #: Within a round, an implementation whose run takes less than this (s) is run again, up to
@@ -102,7 +108,8 @@ class Row:
 
 
 def rows_to_json(rows: list[Row]) -> list[dict[str, Any]]:
-    return [row.json() for row in rows]
+    """One object per name of ``NAMES`` (the extra rows are left out: the names are fixed)."""
+    return [row.json() for row in rows if row.name not in EXTRA]
 
 
 # -- checking -------------------------------------------------------------------------------
@@ -139,7 +146,8 @@ def _timed(impl: Impl, w: Workload) -> tuple[float, Counts, int]:
 
 # -- the rounds -----------------------------------------------------------------------------
 
-def run(n: int = 1_000_000, rounds: int = 5, *, warmup: int = 1, names: tuple[str, ...] = NAMES,
+def run(n: int = 1_000_000, rounds: int = 5, *, warmup: int = 1,
+        names: tuple[str, ...] = ALL_NAMES,
         memory_events: int = 10_000_000, rss: bool = True, seed: int | None = None,
         short_run: float = SHORT_RUN,
         log: Callable[[str], None] = lambda s: None) -> list[Row]:

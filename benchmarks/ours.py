@@ -2,6 +2,7 @@
 
 - ``union_inline``: ``Union`` + ``goldilocks`` on the calling thread; four emitters fed
   round-robin with ``try_send`` into a counting subscriber that requests in large batches.
+- ``union_feed``: the same, through the batch path ``Union.feed`` (same arrival order).
 - ``union_threads``: the same union fed by four producer threads (``send_blocking``).
 - ``union_asyncio``: the same union fed by four asyncio tasks (``await send``).
 - ``cti_sync``: ``pipe(from_iterable(merged), cti_sync(delay))`` — one stream, no union.
@@ -33,7 +34,7 @@ from operators.union import Union
 
 from benchmarks.workload import DELAY, Counts, Workload
 
-__all__ = ["CountingSubscriber", "union_inline", "union_threads", "union_asyncio", "cti_sync",
+__all__ = ["CountingSubscriber", "union_inline", "union_feed", "union_threads", "union_asyncio", "cti_sync",
            "columnar", "replay_jsonl", "replay_parquet", "slow_subscriber_memory",
            "RSSSampler", "WAIT"]
 
@@ -135,6 +136,24 @@ def union_inline(w: Workload) -> tuple[Counts, int]:
     return _union_result("union_inline", union, sub, w.inserts)
 
 
+def union_feed(w: Workload) -> tuple[Counts, int]:
+    """As ``union_inline``, through the batch path: ``Union.feed`` takes the arrivals
+    ``(emitter, event)`` in the same round-robin order and wakes the merge once per chunk."""
+    union = Union(goldilocks(DELAY))
+    emitters = [union.open_input(name) for name in w.names]
+    sub = CountingSubscriber()
+    union.subscribe(sub)
+    sent = union.feed(zip(map(emitters.__getitem__, w.source_index), w.merged))
+    if sent != w.n:
+        raise BenchmarkError(f"union_feed: fed {sent} of {w.n} arrivals; the inline merge "
+                             "should have replenished credit")
+    for em in emitters:
+        em.complete()
+    union.close()
+    sub.wait("union_feed")
+    return _union_result("union_feed", union, sub, w.inserts)
+
+
 def union_threads(w: Workload) -> tuple[Counts, int]:
     """Four producer threads on a pool, each blocking for credit (``send_blocking``); the
     merge runs on whichever producer thread signals it (``executor=None``)."""
@@ -200,7 +219,7 @@ _POLICY = goldilocks(DELAY)
 def columnar(w: Workload) -> tuple[Counts, int]:
     """The kernel the replay's columnar path uses, over the workload's columns."""
     cols = w.columns
-    action, _cti = _POLICY.run_columns(cols.is_cti, cols.start, cols.end)
+    action = _POLICY.run_columns(cols.is_cti, cols.start, cols.end)[0]  # (action, cti, …)
     b = np.bincount(action, minlength=5)
     return (Counts(int(b[EMIT] + b[EMIT_ADJUSTED]), int(b[CTI_EMIT]),
                    int(b[DROP_LATE] + b[EMIT_ADJUSTED])),
