@@ -69,7 +69,8 @@ def print_table(rows: list[Row], *, n: int, rounds: int, memory_events: int) -> 
         mark = {True: "[green]met[/]", False: "[red]missed[/]", None: "[yellow]n/a[/]"}[met]
         console.print(f"target {target}: {mark} — {measured}")
     console.print(f"machine: {info['cpu']}, {info['cores']} cores, {info['python']}, "
-                  f"{info['os']}; {info['libraries']}")
+                  f"{info['os']}; {info['libraries']}; "
+                  f"load average (1, 5, 15 min) {info['load']}")
 
 
 def markdown_table(rows: list[Row]) -> str:

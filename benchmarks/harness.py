@@ -334,4 +334,6 @@ def machine() -> dict[str, str]:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "os": f"{platform.system()} {platform.release()}",
         "libraries": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "load": " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg")
+        else "-",
     }
