@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     policy = resolve_policy("goldilocks", delay="5s", on_late="drop")
     kernel = timed(lambda: policy.run_columns(is_cti, start, start + 1), repeat)
     bare = timed(lambda: bare_numpy(is_cti, start, 5 * 10**9), repeat)
-    a1, c1 = policy.run_columns(is_cti, start, start + 1)
+    a1, c1, _ = policy.run_columns(is_cti, start, start + 1)
     a2, c2 = bare_numpy(is_cti, start, 5 * 10**9)
     assert (a1 == a2).all() and (c1 == c2).all(), "kernel and bare numpy disagree"
     rows.append(("columnar kernel (goldilocks)", kernel, n))

@@ -62,10 +62,14 @@ class Policy(Protocol):
 
     def leave(self, state: Any, source: str) -> tuple[Any, Outputs]: ...
 
-    # Optional: ``run_columns(is_cti, start, end) -> (action, cti) | None`` runs the policy over
-    # whole numpy columns in arrival order. ``action`` is int8 per row (the codes above);
-    # ``cti`` is int64 per row, the CTI in force after that row (``MIN_TIME`` before the
-    # first). ``None`` means "this policy has no columnar form" (it depends on the source).
+    # Optional: ``run_columns(is_cti, start, end, state=None) -> (action, cti, state) | None``
+    # runs the policy over numpy columns of consecutive arrivals (inserts and CTIs only).
+    # ``state`` is the same frozen state ``step`` uses, ``None`` meaning ``initial()``; the
+    # returned state is the one ``step`` would hold after these rows, so a log can be run
+    # chunk by chunk in O(chunk) memory and any split of it gives the same decisions.
+    # ``action`` is int8 per row (the codes above); ``cti`` is int64 per row, the CTI in force
+    # after that row (``MIN_TIME`` while none was ever emitted). ``None`` means "this policy
+    # has no columnar form" (its decisions depend on the source or on join/leave).
 
 
 def policy_names() -> list[str]:

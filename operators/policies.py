@@ -134,9 +134,20 @@ class GoldilocksPolicy:
     def leave(self, state: HighState, source: str) -> tuple[HighState, tuple]:
         return state, _NONE
 
-    def run_columns(self, is_cti: Any, start: Any, end: Any) -> tuple[np.ndarray, np.ndarray]:
-        """The same policy over whole columns in arrival order (``operators.columnar``)."""
-        return goldilocks_columns(is_cti, start, end, self.delay, self.on_late)
+    def run_columns(self, is_cti: Any, start: Any, end: Any, state: HighState | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray, HighState]:
+        """The same policy over columns in arrival order (``operators.columnar``).
+
+        ``state`` is the state ``step`` uses (``None``: ``initial()``); the returned state is
+        the one ``step`` would hold after these rows, so consecutive chunks of a log, each run
+        with the state the previous one returned, decide exactly as one run over the whole log
+        (and as ``step`` row by row). It is ``state`` itself when no CTI advanced time.
+        """
+        if state is None:
+            state = _INITIAL_HIGH
+        action, cti, high = goldilocks_columns(is_cti, start, end, self.delay, self.on_late,
+                                               state.high)
+        return action, cti, (state if high == state.high else HighState(high))
 
 
 def goldilocks(delay: object, on_late: str = "drop") -> GoldilocksPolicy:
@@ -259,7 +270,7 @@ class MinPolicy:
                 return MinState(low, ctis, live), (Event(CTI, low, None, None, None),)
         return MinState(high, ctis, live), _NONE
 
-    def run_columns(self, is_cti: Any, start: Any, end: Any) -> None:
+    def run_columns(self, is_cti: Any, start: Any, end: Any, state: Any = None) -> None:
         """``None``: the minimum depends on which input sent each row, so no columnar form."""
         return None
 

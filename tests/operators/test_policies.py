@@ -284,8 +284,9 @@ def test_min_adjust_clips_late_intervals():
 
 def test_min_has_no_columnar_form_and_goldilocks_has():
     assert min_policy().run_columns([True], [0], [0]) is None
-    action, cti = goldilocks(0).run_columns([True, False], [5, 4], [0, 5])
+    action, cti, state = goldilocks(0).run_columns([True, False], [5, 4], [0, 5])
     assert action.tolist() == [3, 2] and cti.tolist() == [5, 5]
+    assert state == goldilocks(0).step(goldilocks(0).initial(), Event.cti(5))[0]
 
 
 # -- properties against the reference model ---------------------------------------------------
