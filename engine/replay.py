@@ -6,11 +6,10 @@ write byte-identical output (TS §5.1; ``tests/replay`` proves it with hypothesi
 
 - the **element path**: ``policy.step`` per record; used when the output is a stream (a file
   object such as stdout), when pacing (``speed``), or when the policy has no columnar form;
-- the **columnar path**: ``policy.run_columns`` over the whole log's numpy columns; used
-  automatically when the policy offers it and the output is a path or discarded (``None``).
-  Pass 1 parses the logs in chunks, keeps a few numpy columns (about 30 bytes per record) and
-  spills each insert's canonical line to a temporary file; pass 2 streams that file back,
-  choosing lines by the decisions. Python objects: one chunk at a time.
+- the **columnar path**: ``policy.run_columns`` over numpy columns, one merged chunk at a
+  time, the policy state carried from chunk to chunk; used automatically when the policy
+  offers it and the output is a path or discarded (``None``). Each chunk is parsed, decided,
+  written and dropped before the next: memory O(chunk), whatever the length of the log.
 
 Output and late records are canonical JSON Lines (``docs/event-log.md``).
 
@@ -30,7 +29,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Protocol, Sequence
@@ -52,7 +50,8 @@ from engine.eventlog import (
     late_line,
     merge_columns,
 )
-from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy, resolve_policy
+from engine.policy import (CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy,
+                           resolve_policy)
 from engine.times import to_duration_ns
 
 __all__ = [
@@ -288,8 +287,9 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     ``quarantine``); skipped records are counted (TS §5.3). ``columnar``: ``None`` chooses
     automatically; ``True``/``False`` force a path (``True`` fails if it cannot apply).
 
-    The same logs and options always give the same bytes (TS §5.1). Memory: one chunk of
-    Python objects, plus about 30 bytes per record of numpy columns on the columnar path.
+    The same logs and options always give the same bytes (TS §5.1). Memory: one chunk per file
+    on either path, whatever the length of the log (``plot=True`` keeps, in addition, the
+    per-record columns the picture draws: about 20 bytes per record).
     """
     began = time.perf_counter()
     path_list = [os.fspath(p) for p in paths]
@@ -482,49 +482,51 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
 # -- columnar path ---------------------------------------------------------------------
 
 
+class _Counts:
+    """Per-input counters as int64 columns indexed by source code + 1, grown as inputs appear."""
+
+    __slots__ = ("received", "inserts", "ctis", "emitted", "late", "adjusted")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, np.zeros(0, np.int64))
+
+    def add(self, name: str, counts: np.ndarray) -> None:
+        have = getattr(self, name)
+        if len(counts) > len(have):
+            have = np.concatenate([have, np.zeros(len(counts) - len(have), np.int64)])
+        have[:len(counts)] += counts
+        setattr(self, name, have)
+
+
 def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_out: _Output,
                   plot: bool):
+    """One pass, chunk by chunk: the policy state (``run_columns``'s third value) is carried
+    from chunk to chunk, so nothing of a chunk outlives it. Memory: O(chunk) (TS §5.1: the
+    decisions do not depend on where the chunks are cut), plus the plot columns if asked."""
     names = table.names
-    prefixes: list[bytes] = []
-    kinds, sources, starts, ends, files, sizes = [], [], [], [], [], []
-    row_bytes: list[np.ndarray] = []
-    spill = tempfile.TemporaryFile(prefix="goldilocks-replay-")
-    try:
-        # pass 1: columns in memory, each insert's canonical line spilled to disk
-        for chunk in chunks:
-            while len(prefixes) < len(names):
-                prefixes.append(insert_prefix(names[len(prefixes)]))
-            none_prefix = insert_prefix(None)
-            lines = [
-                (insert_line(prefixes[s] if s >= 0 else none_prefix, st, en if he else None, pl)
-                 if k == INSERT else b"")
-                for k, s, st, en, he, pl in zip(chunk.kind.tolist(), chunk.source.tolist(),
-                                                chunk.start.tolist(), chunk.end.tolist(),
-                                                chunk.has_end.tolist(), chunk.payload)]
-            lengths = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
-            spill.write(b"".join(lines))
-            kinds.append(chunk.kind)
-            sources.append(chunk.source)
-            starts.append(chunk.start)
-            ends.append(chunk.end)
-            files.append(chunk.file)
-            row_bytes.append(lengths)
-            sizes.append(len(chunk))
-        cat = np.concatenate
-        kind = cat(kinds) if kinds else np.zeros(0, np.int8)
-        source = cat(sources) if sources else np.zeros(0, np.int32)
-        start = cat(starts) if starts else np.zeros(0, np.int64)
-        end = cat(ends) if ends else np.zeros(0, np.int64)
-        file_col = cat(files) if files else np.zeros(0, np.int32)
-        del kinds, sources, starts, ends, files
-        n = len(kind)
-        timed = kind <= CTI
-        all_timed = bool(timed.all())
+    run = pol.run_columns  # type: ignore[attr-defined]
+    state = None
+    counts = _Counts()
+    last_cti: dict[int, int] = {}
+    per_file: dict[int, int] = {}
+    records = n_emitted = n_ctis = n_late = n_adjusted = 0
+    final = None
+    late_on = late_out.file is not None
+    prefixes: dict[int, bytes] = {}
+    plot_parts: list[tuple] = []
+    timed_before = 0
+    for chunk in chunks:
+        n = len(chunk)
+        kind = chunk.kind
+        source = chunk.source
+        start = chunk.start
         is_cti = kind == CTI
-        if all_timed:
-            action, cti = pol.run_columns(is_cti, start, end)  # type: ignore[attr-defined]
-        else:
-            a, c = pol.run_columns(is_cti[timed], start[timed], end[timed])  # type: ignore[attr-defined]
+        timed = kind <= CTI
+        if timed.all():
+            action, cti, state = run(is_cti, start, chunk.end, state)
+        else:  # join/leave rows are no-ops for a policy with a columnar form
+            a, c, state = run(is_cti[timed], start[timed], chunk.end[timed], state)
             action = np.full(n, _NO_ACTION, np.int8)
             cti = np.zeros(n, np.int64)
             action[timed] = a
@@ -535,77 +537,79 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
         # statistics, vectorised (index = source code + 1)
         width = len(names) + 1
         code = source.astype(np.int64) + 1
-
-        def count(mask: np.ndarray) -> np.ndarray:
-            return np.bincount(code[mask], minlength=width)
-
-        received = count(timed)
-        inserts = count(kind == INSERT)
-        ctis_in = count(is_cti)
         is_emit = (action == EMIT) | (action == EMIT_ADJUSTED)
-        emitted = count(is_emit)
         is_late = (action == DROP_LATE) | (action == EMIT_ADJUSTED)
-        late = count(is_late)
-        adjusted = count(action == EMIT_ADJUSTED)
+        is_adjusted = action == EMIT_ADJUSTED
+        for name, mask in (("received", timed), ("inserts", kind == INSERT),
+                           ("ctis", is_cti), ("emitted", is_emit), ("late", is_late),
+                           ("adjusted", is_adjusted)):
+            counts.add(name, np.bincount(code[mask], minlength=width))
         cti_rows = np.flatnonzero(is_cti)
-        rev_codes = source[cti_rows][::-1]
-        uniq, first = np.unique(rev_codes, return_index=True)
-        last_vals = start[cti_rows][::-1][first]
-        last_cti = {int(c): int(v) for c, v in zip(uniq.tolist(), last_vals.tolist())}
+        if len(cti_rows):
+            rev_codes = source[cti_rows][::-1]
+            uniq, first = np.unique(rev_codes, return_index=True)
+            last_vals = start[cti_rows][::-1][first]
+            last_cti.update(zip(uniq.tolist(), last_vals.tolist()))
         emit_cti_rows = np.flatnonzero(action == CTI_EMIT)
-        totals = {"records": n, "emitted": int(is_emit.sum()), "ctis": len(emit_cti_rows),
-                  "late": int(is_late.sum()), "adjusted": int(adjusted.sum()),
-                  "final": int(cti[emit_cti_rows[-1]]) if len(emit_cti_rows) else None}
-        per_file = {int(f): int(c) for f, c in
-                    enumerate(np.bincount(file_col, minlength=1).tolist()) if c}
+        records += n
+        n_emitted += int(is_emit.sum())
+        n_ctis += len(emit_cti_rows)
+        n_late += int(is_late.sum())
+        n_adjusted += int(is_adjusted.sum())
+        if len(emit_cti_rows):
+            final = int(cti[emit_cti_rows[-1]])
+        for f, c in enumerate(np.bincount(chunk.file).tolist()):
+            if c:
+                per_file[f] = per_file.get(f, 0) + c
+        if plot:
+            rows_index = np.cumsum(timed) - 1 + timed_before
+            plot_parts.append((source[timed], start[timed], is_cti[timed], is_late[timed],
+                               rows_index[emit_cti_rows], cti[emit_cti_rows]))
+            timed_before += int(timed.sum())
 
-        # pass 2: stream the spilled lines back, choosing by decision
-        spill.seek(0)
-        late_on = late_out.file is not None
-        row = 0
-        for size, lengths in zip(sizes, row_bytes):
-            blob = spill.read(int(lengths.sum()))
-            act = action[row:row + size]
-            special = np.flatnonzero(act != EMIT)
-            if not len(special):
-                out.write(blob)
-                row += size
+        # output: per row the insert's canonical line, a CTI, an adjusted line or nothing
+        parts: list[bytes] = []
+        lparts: list[bytes] = []
+        wanted = action != CTI_SUPPRESS
+        wanted &= action != _NO_ACTION
+        if not late_on:
+            wanted &= action != DROP_LATE
+        rows = np.flatnonzero(wanted)
+        payload = chunk.payload
+        none_prefix = insert_prefix(None)
+        for i, a, s, st, en, he, c in zip(rows.tolist(), action[rows].tolist(),
+                                          source[rows].tolist(), start[rows].tolist(),
+                                          chunk.end[rows].tolist(), chunk.has_end[rows].tolist(),
+                                          cti[rows].tolist()):
+            if a == CTI_EMIT:
+                parts.append(cti_line(c))
                 continue
-            offsets = np.zeros(size + 1, np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            parts: list[bytes] = []
-            lparts: list[bytes] = []
-            pos = 0
-            for i, a in zip(special.tolist(), act[special].tolist()):
-                o = int(offsets[i])
-                if o > pos:
-                    parts.append(blob[pos:o])
-                pos = int(offsets[i + 1])
-                if a == CTI_EMIT:
-                    parts.append(cti_line(int(cti[row + i])))
-                elif a == DROP_LATE:
-                    if late_on:
-                        lparts.append(late_line(blob[o:pos], int(cti[row + i]), "dropped", None))
-                elif a == EMIT_ADJUSTED:
-                    line = blob[o:pos]
-                    new = int(cti[row + i])
-                    s = int(source[row + i])
-                    p = len(prefixes[s]) if s >= 0 else len(insert_prefix(None))
-                    q = line.find(b",", p)
-                    parts.append(b"%b%d%b" % (line[:p], new, line[q:]))
-                    if late_on:
-                        lparts.append(late_line(line, new, "adjusted", new))
-            parts.append(blob[pos:])
-            out.write(b"".join(parts))
-            late_out.write(b"".join(lparts))
-            row += size
-    finally:
-        spill.close()
+            pre = prefixes.get(s)
+            if pre is None:
+                pre = prefixes[s] = insert_prefix(names[s]) if s >= 0 else none_prefix
+            line = insert_line(pre, st, en if he else None, payload[i])
+            if a == EMIT:
+                parts.append(line)
+            elif a == DROP_LATE:
+                lparts.append(late_line(line, c, "dropped", None))
+            else:  # EMIT_ADJUSTED: the clipped line out, the original to the late file
+                parts.append(insert_line(pre, c, en if he else None, payload[i]))
+                if late_on:
+                    lparts.append(late_line(line, c, "adjusted", c))
+        out.write(b"".join(parts))
+        late_out.write(b"".join(lparts))
+        del chunk, parts, lparts
+
     plot_data = None
     if plot:
-        keep = timed
-        rows_index = np.cumsum(keep) - 1
-        plot_data = PlotData(tuple(names), source[keep], start[keep], is_cti[keep], is_late[keep],
-                             rows_index[emit_cti_rows], cti[emit_cti_rows])
-    stats = _inputs(names, received, inserts, ctis_in, emitted, late, adjusted, last_cti)
+        def cat(k: int, dtype: Any) -> np.ndarray:
+            return np.concatenate([p[k] for p in plot_parts]) if plot_parts else np.zeros(0, dtype)
+
+        plot_data = PlotData(tuple(names), cat(0, np.int32), cat(1, np.int64), cat(2, bool),
+                             cat(3, bool), cat(4, np.int64), cat(5, np.int64))
+    totals = {"records": records, "emitted": n_emitted, "ctis": n_ctis, "late": n_late,
+              "adjusted": n_adjusted, "final": final}
+    c = counts
+    stats = _inputs(names, c.received, c.inserts, c.ctis, c.emitted, c.late, c.adjusted,
+                    last_cti)
     return stats, per_file, totals, plot_data
