@@ -24,7 +24,12 @@ from typing import Any
 from engine.contracts import MAX_DEMAND, Publisher, Subscription
 from engine.errors import ClosedError
 from engine.executors import INLINE
-from engine.subscription import BufferedSubscription, SubscriptionBase, check_subscriber
+from engine.subscription import (
+    BufferedSubscription,
+    SerialUpstream,
+    SubscriptionBase,
+    check_subscriber,
+)
 from engine.violations import report_violation
 
 __all__ = ["Multicast", "TransformProcessor", "transform", "MulticastStats"]
@@ -138,7 +143,7 @@ class Multicast:
         with self._lock:
             duplicate = self._upstream is not None
             if not duplicate:
-                self._upstream = subscription
+                self._upstream = SerialUpstream(subscription)  # RS §2.7
             closed = self._closed
         if duplicate:
             subscription.cancel()  # RS §2.5
@@ -290,7 +295,7 @@ class TransformProcessor:
         with self._lock:
             duplicate = self._upstream is not None
             if not duplicate:
-                self._upstream = subscription
+                self._upstream = SerialUpstream(subscription)  # RS §2.7
                 pending, self._pending = self._pending, 0
                 cancelled = self._cancelled
         if duplicate:

@@ -30,7 +30,7 @@ from typing import Any
 
 from engine.contracts import Publisher, Subscription
 from engine.executors import INLINE
-from engine.subscription import BufferedSubscription, check_subscriber
+from engine.subscription import BufferedSubscription, SerialUpstream, check_subscriber
 from engine.violations import report_violation
 
 __all__ = ["pipe", "step_operator", "StagePublisher", "Step"]
@@ -74,7 +74,7 @@ class _StageSubscription(BufferedSubscription):
         with self._upstream_lock:
             duplicate = self._upstream is not None
             if not duplicate:
-                self._upstream = subscription
+                self._upstream = SerialUpstream(subscription)  # RS §2.7
                 stopped = self._stopped
         if duplicate:
             subscription.cancel()  # RS §2.5

@@ -37,7 +37,8 @@ from engine.errors import RejectedError
 from engine.executors import INLINE, Executor
 from engine.violations import report_violation
 
-__all__ = ["SubscriptionBase", "BufferedSubscription", "DEFAULT_BUDGET", "check_subscriber"]
+__all__ = ["SubscriptionBase", "BufferedSubscription", "SerialUpstream", "DEFAULT_BUDGET",
+           "check_subscriber"]
 
 #: Elements one drain turn may deliver before yielding its executor.
 DEFAULT_BUDGET = 1024
@@ -346,3 +347,66 @@ class BufferedSubscription(SubscriptionBase):
     def _release(self) -> None:
         super()._release()
         self._buffer.clear()
+
+
+class SerialUpstream:
+    """Serialises our calls on an upstream subscription (RS §2.7).
+
+    A processor's ``request`` and ``cancel`` on its upstream can come from several threads at
+    once — downstream drains, producers, ``remove()``. This wrapper turns them into a compacted
+    queue (requests sum, saturating at ``MAX_DEMAND``; cancel is sticky) drained by one caller at
+    a time. No lock is held while the upstream runs, and a call made from inside it (an inline
+    publisher delivering on ``request``) is only recorded and picked up by the running loop,
+    so recursion stays at depth 1 (RS §3.3). After ``cancel`` nothing more is sent.
+    """
+
+    __slots__ = ("_target", "_lock", "_wip", "_requested", "_cancel", "_sent_cancel")
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._lock = threading.Lock()
+        self._wip = 0
+        self._requested = 0
+        self._cancel = False
+        self._sent_cancel = False
+
+    def request(self, n: int) -> None:
+        with self._lock:
+            total = self._requested + n
+            self._requested = total if total < MAX_DEMAND else MAX_DEMAND  # RS §3.17
+            self._wip += 1
+            if self._wip != 1:
+                return
+        self._drain()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancel = True
+            self._wip += 1
+            if self._wip != 1:
+                return
+        self._drain()
+
+    def _drain(self) -> None:
+        missed = 1
+        while True:
+            with self._lock:
+                n = self._requested
+                self._requested = 0
+                cancel = self._cancel
+            target = self._target
+            if target is not None:
+                if cancel:
+                    self._target = None  # RS §3.13 on our side too: drop the reference
+                    self._sent_cancel = True
+                    target.cancel()
+                elif n:
+                    target.request(n)
+            with self._lock:
+                self._wip -= missed
+                missed = self._wip
+                if missed == 0:
+                    return
+
+    def __repr__(self) -> str:
+        return f"SerialUpstream({self._target!r})"
