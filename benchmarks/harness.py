@@ -21,7 +21,8 @@ from typing import Any, Callable, NamedTuple
 from benchmarks import ours, peers
 from benchmarks.workload import Counts, Workload
 
-__all__ = ["Impl", "IMPLS", "NAMES", "ALL_NAMES", "EXTRA", "Row", "CountMismatch", "run", "rows_to_json",
+__all__ = ["Impl", "IMPLS", "NAMES", "ALL_NAMES", "EXTRA", "Row", "CountMismatch", "run",
+           "rows_to_json",
            "measure_rss", "machine", "TARGETS", "check_targets"]
 
 

@@ -34,7 +34,8 @@ from operators.union import Union
 
 from benchmarks.workload import DELAY, Counts, Workload
 
-__all__ = ["CountingSubscriber", "union_inline", "union_feed", "union_threads", "union_asyncio", "cti_sync",
+__all__ = ["CountingSubscriber", "union_inline", "union_feed", "union_threads", "union_asyncio",
+           "cti_sync",
            "columnar", "replay_jsonl", "replay_parquet", "slow_subscriber_memory",
            "RSSSampler", "WAIT"]
 

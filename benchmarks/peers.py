@@ -6,8 +6,8 @@ and counts what it emits and what it finds late, so the harness can check they a
 
 - ``plain_loop``: one Python ``for`` loop over the merged list with the rule inlined — the
   per-event ceiling for anything that touches every event in Python.
-- ``rxpy``: four ``Subject``s driven round-robin → ``merge`` → ``scan`` → ``filter`` → ``map``,
-  the idiomatic Rx form of the seed's CTI synchronizing subject (no backpressure).
+- ``rxpy``: four ``Subject``s driven round-robin → ``merge`` → ``scan`` → ``filter`` →
+  ``map``, the idiomatic Rx form of the seed's CTI synchronizing subject (no backpressure).
 - ``asyncio_queues``: four producer tasks, a bounded ``asyncio.Queue`` each, one consumer.
 - ``thread_queues``: four producer threads on a ``ThreadPoolExecutor``, a bounded
   ``queue.Queue`` each, one consumer (the calling thread).
@@ -64,7 +64,7 @@ _EMIT, _LATE, _SUPPRESS = 0, 1, 2
 
 
 def rxpy(w: Workload) -> tuple[Counts, int]:
-    """merge → scan (the highest delayed CTI as accumulator) → filter → map, as in the seed."""
+    """merge → scan (highest delayed CTI as accumulator) → filter → map, as in the seed."""
     import reactivex as rx
     from reactivex import operators as ops
     from reactivex.subject import Subject
