@@ -40,6 +40,7 @@ class Impl(NamedTuple):
 
 IMPLS: tuple[Impl, ...] = (
     Impl("plain_loop", peers.plain_loop, "peer", True, ("merged",)),
+    Impl("step_loop", peers.step_loop, "ref", True, ("merged",)),
     Impl("rxpy", peers.rxpy, "peer", True, ("merged", "source_index")),
     Impl("asyncio_queues", peers.asyncio_queues, "peer", True, ("per_input",)),
     Impl("thread_queues", peers.thread_queues, "peer", True, ("per_input",)),
@@ -55,7 +56,7 @@ IMPLS: tuple[Impl, ...] = (
 )
 MEMORY = "slow_subscriber_memory"
 #: Rows printed but not written to JSON, whose names are fixed (``NAMES``).
-EXTRA: tuple[str, ...] = ("union_feed",)
+EXTRA: tuple[str, ...] = ("step_loop", "union_feed")
 ALL_NAMES: tuple[str, ...] = tuple(i.name for i in IMPLS) + (MEMORY,)
 NAMES: tuple[str, ...] = tuple(name for name in ALL_NAMES if name not in EXTRA)
 _BY_NAME = {i.name: i for i in IMPLS}

@@ -30,7 +30,7 @@ from engine.times import MIN_TIME
 
 from benchmarks.workload import DELAY, Counts, Workload
 
-__all__ = ["plain_loop", "rxpy", "asyncio_queues", "thread_queues", "numpy_vectorised",
+__all__ = ["plain_loop", "step_loop", "rxpy", "asyncio_queues", "thread_queues", "numpy_vectorised",
            "QUEUE_BOUND"]
 
 #: Per-input queue bound of the queue baselines: the union's default per-input prefetch.
@@ -55,6 +55,28 @@ def plain_loop(w: Workload) -> tuple[Counts, int]:
             inserts += 1
         else:
             late += 1
+    return Counts(inserts, ctis, late), w.inserts
+
+
+def step_loop(w: Workload) -> tuple[Counts, int]:
+    """Not a peer: a bare loop calling the product's ``goldilocks(100).step`` per event and
+    reading its outputs — no merge, no demand, no subscriber. The floor under any per-event
+    design built on the step function (an extra row, for the analysis)."""
+    from operators.policies import goldilocks
+
+    policy = goldilocks(DELAY)
+    step = policy.step
+    state = policy.initial()
+    inserts = ctis = late = 0
+    for e in w.merged:
+        state, outputs = step(state, e)
+        for out in outputs:
+            if out.__class__ is not Event:
+                late += 1
+            elif out.kind == CTI:
+                ctis += 1
+            else:
+                inserts += 1
     return Counts(inserts, ctis, late), w.inserts
 
 
