@@ -458,9 +458,14 @@ class Publication:
         self._done.set()
 
     async def wait(self, timeout: float | None = None) -> str:
-        """Wait until the stream ended; return its state (``completed``, ``cancelled`` by the
-        server, or ``failed`` — then ``error`` says why)."""
-        await asyncio.wait_for(self._done.wait(), timeout)
+        """Wait until the stream ended and its last frame is written; return its state
+        (``completed``, ``cancelled`` by the server, or ``failed`` — then ``error`` says
+        why)."""
+        async def ended() -> None:
+            await self._done.wait()
+            await self.client.transport.drain()
+
+        await asyncio.wait_for(ended(), timeout)
         return self.state
 
     def __repr__(self) -> str:

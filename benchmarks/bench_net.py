@@ -1,0 +1,174 @@
+"""Events per second over loopback: devices → network → server's union → output.
+
+Run by hand::
+
+    .venv/bin/python benchmarks/bench_net.py            # full table
+    .venv/bin/python benchmarks/bench_net.py --quick    # fewer events, 3 repetitions
+
+The server (a ``Union`` under ``max_policy``, its output counted by the server's fan-out) runs
+in this process; the devices run in a second process, so the client's encoding does not share
+the server's interpreter. One repetition: the device process publishes ``events`` in all
+(split over 1 or 16 devices, each its own connection) while the server times from "go" to
+the last event leaving the union. Warm-up, then ``--reps`` (>= 5) repetitions: median, min,
+max. Also a codec micro-benchmark (JSON rows as sent, against a columnar binary layout) that
+decides whether a binary encoding pays (docs/protocol.md, "Encoding").
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import multiprocessing as mp
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import orjson  # noqa: E402
+
+from engine.event import POINT, Event  # noqa: E402
+
+__all__ = ["main"]
+
+TOKEN = "bench-token"
+
+
+# ------------------------------------------------------------------------------ device side
+def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pipe) -> None:
+    from engine.sources import from_iterable
+    from operators.net.client import connect
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        clients = [await connect(url, token=TOKEN) for _ in range(devices)]
+        base = 0
+        for rep in range(reps):
+            pipe.send("ready")
+            await loop.run_in_executor(None, pipe.recv)  # go (the loop keeps turning)
+            pubs = []
+            for d, client in enumerate(clients):
+                events = [Event(POINT, base + i, base + i + 1, i) for i in range(per_device)]
+                pubs.append(client.publish(from_iterable(events), device=f"dev-{d}-{rep}",
+                                           batch=batch))
+            for pub in pubs:
+                await pub.wait()
+            base += per_device
+        for client in clients:
+            await client.close()
+
+    asyncio.run(run())
+
+
+# ------------------------------------------------------------------------------ server side
+async def _measure(transport: str, devices: int, events: int, batch: int, reps: int,
+                   warmup: int) -> list[float]:
+    from operators import max_policy
+    from operators.net.server import Server
+
+    server = await Server(max_policy(), tokens=[TOKEN], final_cti=False,
+                          idle_timeout=60).start(ws=("127.0.0.1", 0), tcp=("127.0.0.1", 0))
+    url = server.ws_url if transport == "ws" else server.tcp_url
+    per_device = events // devices
+    total_reps = warmup + reps
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=_devices, args=(url, devices, per_device, batch, total_reps,
+                                               theirs), daemon=True)
+    child.start()
+    loop = asyncio.get_running_loop()
+    rates = []
+    try:
+        for rep in range(total_reps):
+            await loop.run_in_executor(None, ours.recv)  # ready
+            target = server.stats().output_events + per_device * devices
+            start = time.perf_counter()
+            ours.send("go")
+            while server._fanout.events < target:
+                await asyncio.sleep(0.0005)
+            seconds = time.perf_counter() - start
+            if rep >= warmup:
+                rates.append(per_device * devices / seconds)
+    finally:
+        await loop.run_in_executor(None, child.join, 30)
+        await server.close()
+    return rates
+
+
+# ------------------------------------------------------------------------------ codec
+def _codec(n: int = 1000, reps: int = 200) -> list[tuple[str, float, float]]:
+    """ns per event to decode one frame of ``n`` events: JSON rows (what we send, with the
+    checks the server makes) against a columnar binary layout (two int64 arrays and the
+    payloads as one JSON array), which checks nothing."""
+    from operators.net.protocol import decode_events, decode_frame, encode_next
+
+    events = [Event(POINT, 1_700_000_000_000_000_000 + i, 1_700_000_000_000_000_001 + i,
+                    {"v": i * 0.5}, None) for i in range(n)]
+    json_frame = encode_next(1, events)
+
+    def json_decode():
+        frame = decode_frame(json_frame)
+        return decode_events(frame.events, "d", stream=1)
+
+    starts = array.array("q", [e.start for e in events])
+    ends = array.array("q", [e.end for e in events])
+    binary_frame = struct.pack("<I", n) + starts.tobytes() + ends.tobytes() + orjson.dumps(
+        [e.payload for e in events])
+
+    def binary_decode():
+        (count,) = struct.unpack_from("<I", binary_frame)
+        s = array.array("q")
+        s.frombytes(binary_frame[4:4 + 8 * count])
+        e = array.array("q")
+        e.frombytes(binary_frame[4 + 8 * count:4 + 16 * count])
+        payloads = orjson.loads(binary_frame[4 + 16 * count:])
+        return [Event(POINT, a, b, p, "d") for a, b, p in zip(s.tolist(), e.tolist(), payloads)]
+
+    out = []
+    for name, fn, size in (("json rows", json_decode, len(json_frame)),
+                           ("binary columns", binary_decode, len(binary_frame))):
+        fn()
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(reps // 5):
+                fn()
+            times.append((time.perf_counter() - t) / (reps // 5) / n * 1e9)
+        out.append((name, statistics.median(times), size / n))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="fewer events (a smoke run)")
+    parser.add_argument("--transport", choices=("ws", "tcp", "both"), default="both")
+    args = parser.parse_args(argv)
+    if args.reps < 5 and not args.quick:
+        parser.error("--reps must be >= 5 (use --quick for a smoke run)")
+    scale = 10 if args.quick else 1
+    transports = ("ws", "tcp") if args.transport == "both" else (args.transport,)
+    print("codec, one frame of 1000 point events with a small payload:")
+    for name, ns, size in _codec():
+        print(f"  {name:15s} {ns:8.0f} ns/event decoded  {size:6.1f} bytes/event")
+    print()
+    print(f"{'transport':9s} {'devices':>7s} {'per frame':>9s} {'events':>8s} "
+          f"{'median ev/s':>12s} {'min':>10s} {'max':>10s}")
+    for transport in transports:
+        for devices in (1, 16):
+            for batch, events in ((1, 32_000), (1024, 320_000)):
+                events //= scale
+                rates = asyncio.run(_measure(transport, devices, events, batch, args.reps,
+                                             args.warmup))
+                print(f"{transport:9s} {devices:7d} {batch:9d} {events:8d} "
+                      f"{statistics.median(rates):12,.0f} {min(rates):10,.0f} "
+                      f"{max(rates):10,.0f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
