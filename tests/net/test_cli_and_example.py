@@ -1,0 +1,102 @@
+"""``goldilocks serve`` as a real process (registered as the entry point will register it),
+and the three-device example."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import signal
+import sys
+from pathlib import Path
+
+from engine.cli import build_parser, register_command
+from engine.event import Event
+from engine.sources import from_iterable
+from engine.times import MAX_TIME
+from operators.net import ConnectionLost, connect
+from operators.net.cli import SERVE
+
+from tests.net.netsupport import run
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "cli-token-91b2"
+
+
+def test_serve_is_a_registered_subcommand():
+    register_command(SERVE)
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--listen", "127.0.0.1:0", "--token-file", "t"])
+    assert args.command == "serve" and args.delay is None and args.out_dir is None
+
+
+def test_serve_runs_until_interrupted_and_publishes_its_files(tmp_path):
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"# devices\n{TOKEN}\n")
+    out = tmp_path / "out"
+    code = ("import sys; from engine.cli import main, register_command; "
+            "from operators.net.cli import SERVE; register_command(SERVE); "
+            "sys.exit(main(sys.argv[1:]))")
+    argv = [sys.executable, "-c", code, "serve", "--listen", "127.0.0.1:0", "--tcp",
+            "127.0.0.1:0", "--token-file", str(tokens), "--delay", "1s", "--out-dir",
+            str(out)]
+
+    async def scenario():
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            urls = [(await asyncio.wait_for(proc.stdout.readline(), 20)).decode().split()[-1]
+                    for _ in range(2)]
+            assert urls[0].startswith("ws://127.0.0.1:") and urls[1].startswith("tcp://")
+            for url, name in zip(urls, ["ws-dev", "tcp-dev"]):
+                client = await connect(url, token=TOKEN)
+                base = 10**18 if name == "ws-dev" else 2 * 10**18
+                events = [Event.point(base + i) for i in range(50)] + [Event.cti(base + 60)]
+                assert await client.publish(from_iterable(events), device=name).wait(10) \
+                    == "completed"
+                await client.close()
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), 20)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        return proc.returncode, stderr.decode()
+
+    code_, stderr = run(scenario(), timeout=40)
+    assert code_ == 0, stderr
+    assert "102 events received, 0 refused; 100 emitted" in stderr
+    assert TOKEN not in stderr
+    parts = sorted(p.name for p in out.iterdir())
+    assert parts == ["events-000000.jsonl"]
+    lines = (out / "events-000000.jsonl").read_text().splitlines()
+    assert len(lines) == 100 + 3  # the inserts, two delayed CTIs and the final one
+    assert '"source":"ws-dev"' in lines[0] and '"seq":0' in lines[0]
+
+
+def _example():
+    path = ROOT / "examples" / "net_demo.py"
+    spec = importlib.util.spec_from_file_location("net_demo", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_three_device_example_runs(tmp_path, capsys):
+    demo = _example()
+    result = run(demo.demo(str(tmp_path), count=12, quiet=True), timeout=40)
+    stats = result["stats"]
+    inputs = {s.name: s for s in stats.union.inputs}
+    assert inputs["thermo-1"].state == inputs["thermo-2"].state == "completed"
+    assert inputs["door-4"].state == "failed"
+    assert isinstance(inputs["door-4"].error, ConnectionLost)
+    assert inputs["thermo-1"].received == inputs["thermo-2"].received == 12
+    merged = result["merged"]
+    assert merged[-1].is_cti and merged[-1].start == MAX_TIME
+    # every event that arrived is merged or recorded late
+    union = stats.union
+    assert union.received == union.emitted + union.dropped
+    assert sum(not e.is_cti for e in merged) == union.emitted
+    assert (tmp_path / "events-000000.jsonl").exists()
+    assert "door-4 dropped off" in capsys.readouterr().out
