@@ -17,7 +17,8 @@ from engine.times import MAX_TIME
 from operators.net import ConnectionLost, connect
 from operators.net.cli import SERVE
 
-from tests.net.netsupport import run
+from engine.sinks import CallbackSubscriber
+from tests.net.netsupport import run, until
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "cli-token-91b2"
@@ -49,6 +50,14 @@ def test_serve_runs_until_interrupted_and_publishes_its_files(tmp_path):
             urls = [(await asyncio.wait_for(proc.stdout.readline(), 20)).decode().split()[-1]
                     for _ in range(2)]
             assert urls[0].startswith("ws://127.0.0.1:") and urls[1].startswith("tcp://")
+            watcher = await connect(urls[0], token=TOKEN)
+            seen: list = []
+            watcher.output().subscribe(CallbackSubscriber(seen.append))
+            # frames on one connection are handled in order: once the probe is merged and
+            # seen, the subscription is in place
+            probe = watcher.publish(from_iterable([Event.point(1)]), device="probe")
+            await until(lambda: len(seen) == 1, timeout=20, what="probe seen")
+            assert await probe.wait(10) == "completed"
             for url, name in zip(urls, ["ws-dev", "tcp-dev"]):
                 client = await connect(url, token=TOKEN)
                 base = 10**18 if name == "ws-dev" else 2 * 10**18
@@ -56,8 +65,12 @@ def test_serve_runs_until_interrupted_and_publishes_its_files(tmp_path):
                 assert await client.publish(from_iterable(events), device=name).wait(10) \
                     == "completed"
                 await client.close()
+            # stop once the server has merged everything (what is in flight at the signal
+            # is refused: shutting down removes every input)
+            await until(lambda: sum(not e.is_cti for e in seen) == 101, timeout=20)
             proc.send_signal(signal.SIGINT)
             stdout, stderr = await asyncio.wait_for(proc.communicate(), 20)
+            await watcher.close()
         finally:
             if proc.returncode is None:
                 proc.kill()
@@ -66,13 +79,13 @@ def test_serve_runs_until_interrupted_and_publishes_its_files(tmp_path):
 
     code_, stderr = run(scenario(), timeout=40)
     assert code_ == 0, stderr
-    assert "102 events received, 0 refused; 100 emitted" in stderr
+    assert "103 events received, 0 refused; 101 emitted" in stderr
     assert TOKEN not in stderr
     parts = sorted(p.name for p in out.iterdir())
     assert parts == ["events-000000.jsonl"]
     lines = (out / "events-000000.jsonl").read_text().splitlines()
-    assert len(lines) == 100 + 3  # the inserts, two delayed CTIs and the final one
-    assert '"source":"ws-dev"' in lines[0] and '"seq":0' in lines[0]
+    assert len(lines) == 101 + 3  # the inserts, two delayed CTIs and the final one
+    assert '"source":"probe"' in lines[0] and '"seq":0' in lines[0]
 
 
 def _example():
