@@ -230,6 +230,11 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict) ->
             sink.close()
 
 
+def _lower(options: Any) -> dict:
+    """Spark's options are case-insensitive; a plain dict with lower-case keys pickles simply."""
+    return {str(k).lower(): v for k, v in options.items()}
+
+
 # -- the data source ---------------------------------------------------------------------------
 
 class GoldilocksDataSource(DataSource):
@@ -247,10 +252,10 @@ class GoldilocksDataSource(DataSource):
         return EVENT_LOG_SCHEMA
 
     def reader(self, schema: Any) -> EventLogReader:
-        return EventLogReader(dict(self.options))
+        return EventLogReader(_lower(self.options))
 
     def streamReader(self, schema: Any) -> EventLogStreamReader:
-        return EventLogStreamReader(dict(self.options))
+        return EventLogStreamReader(_lower(self.options))
 
 
 class EventLogReader(DataSourceReader):
@@ -301,7 +306,7 @@ class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise InputError("goldilocks stream: no directory; expected .load(directory)")
         self.prefix = options.get("prefix", "events")
         self._target: PartOffset | None = None
-        limit = options.get("maxFilesPerTrigger")
+        limit = options.get("maxfilespertrigger")
         self._max_files = int(limit) if limit else None
         if self._max_files is not None and self._max_files < 1:
             raise InputError(f"maxFilesPerTrigger={limit!r}; expected an integer >= 1")

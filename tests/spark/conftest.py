@@ -43,5 +43,8 @@ def spark():
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    from spark_adapter import register
+
+    register(session)  # the "goldilocks" source, for spark.read[Stream].format("goldilocks")
     yield session
     session.stop()

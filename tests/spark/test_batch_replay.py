@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
@@ -16,6 +16,9 @@ from spark_support import (ROW_SCHEMA, arrivals_to_rows, event_key, events_from_
 from tests.reference import arrivals_strategy, reference_goldilocks, run_steps
 
 pytestmark = pytest.mark.spark
+
+# Each example runs Spark jobs (seconds): report a failing example as found, unshrunk.
+_NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 
 M = 60 * 10**9
 ORDER = ["order_key", "file_index", "line"]
@@ -83,7 +86,7 @@ def _check_against_engine(spark, logs, delay, on_late, **options):
             assert row["cti"] == high
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(phases=_NO_SHRINK, max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(logs=st.lists(arrivals_strategy(markers=True), min_size=1, max_size=25),
        delay=st.sampled_from([0, 1, 5, 17, MAX_TIME]),
        on_late=st.sampled_from(["drop", "adjust"]),
@@ -92,7 +95,7 @@ def test_bucketed_replay_equals_the_engine_on_generated_logs(spark, logs, delay,
     _check_against_engine(spark, logs, delay, on_late, buckets=buckets)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(phases=_NO_SHRINK, max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(logs=st.lists(arrivals_strategy(markers=True), min_size=1, max_size=25),
        delay=st.sampled_from([0, 5]), on_late=st.sampled_from(["drop", "adjust"]))
 def test_global_window_replay_equals_the_engine(spark, logs, delay, on_late):
