@@ -61,11 +61,14 @@ _LEAVE = object()
 
 
 class InputStats(NamedTuple):
-    """One input's accounting (TS §3.4: received = emitted + dropped + queued)."""
+    """One input's accounting. TS §3.4: ``received = emitted + dropped + buffered`` at all
+    times, so ``received = emitted + dropped`` once everything is merged. ``adjusted`` (emitted
+    clipped) is counted apart, and so are CTIs (``ctis``): they are neither emitted nor dropped
+    as inserts are; a CTI counts in ``received`` and ``buffered`` until it is merged."""
 
     name: str
     state: str
-    received: int
+    received: int            # inserts arrived (and CTIs not yet merged, see above)
     emitted: int
     dropped: int
     adjusted: int
@@ -76,6 +79,7 @@ class InputStats(NamedTuple):
     prefetch: int            # the per-input bound
     error: BaseException | None
     discarded: int           # arrived after remove() cancelled the input (RS §2.8)
+    ctis: int                # CTIs from this input merged
 
 
 class UnionStats(NamedTuple):
@@ -105,7 +109,7 @@ class _Input:
 
     __slots__ = ("name", "union", "subscription", "state", "error", "requested", "received",
                  "processed", "emitted", "dropped", "adjusted", "last_cti", "peak", "prefetch",
-                 "left", "discarded", "low_water", "_credit_cond", "_waiters")
+                 "left", "discarded", "low_water", "ctis", "_credit_cond", "_waiters")
 
     def __init__(self, union: Union, name: str, prefetch: int) -> None:
         self.name = name
@@ -116,6 +120,7 @@ class _Input:
         self.requested = 0   # credit granted in all
         self.received = 0    # events arrived (touched only by this input's signals, RS §1.3)
         self.processed = 0   # events merged (touched only by the drain)
+        self.ctis = 0        # CTIs merged (touched only by the drain)
         self.emitted = 0
         self.dropped = 0
         self.adjusted = 0
@@ -250,9 +255,14 @@ class Emitter(InputHandle):
         return inp.requested - inp.received
 
     def _check_open(self) -> None:
-        if self._input.left:
+        inp = self._input
+        if inp.left:
             raise ClosedError(f"input {self.name!r} has left the union "
-                              f"({self._input.state}); nothing more can be sent")
+                              f"({inp.state}); nothing more can be sent")
+        error = inp.union._error
+        if error is not None:  # TS §3.3: refused loudly rather than queued and never merged
+            raise ClosedError(f"input {self.name!r}: {inp.union.name} failed ({error!r}); "
+                              "nothing more can be sent") from error
 
     def try_send(self, event: Event) -> bool:
         """Send if there is credit; return False (nothing sent) if there is none."""
@@ -295,7 +305,8 @@ class Emitter(InputHandle):
             loop = asyncio.get_running_loop()
             future: asyncio.Future[None] = loop.create_future()
             inp._waiters.append((loop, future))
-            if self._credit() > 0 or inp.left:  # credit arrived meanwhile: don't wait
+            if self._credit() > 0 or inp.left or inp.union._error is not None:
+                # credit arrived (or the input closed) meanwhile: don't wait
                 _resolve(future)
             await future
 
@@ -308,7 +319,8 @@ class Emitter(InputHandle):
         if cond is None:
             cond = inp._credit_cond = threading.Condition()
         with cond:
-            if not cond.wait_for(lambda: self._credit() > 0 or inp.left, timeout):
+            if not cond.wait_for(lambda: self._credit() > 0 or inp.left
+                                 or inp.union._error is not None, timeout):
                 return False
         self._check_open()
         inp.on_next(event)
@@ -581,7 +593,9 @@ class Union:
             return False
         if self._inputs:
             return False
-        return self._final_sent or not self.final_cti
+        # A policy may itself have emitted the CTI at +inf (an input sent it, delay 0): nothing
+        # can follow it (TS §2.1), so the final CTI is owed no more.
+        return self._final_sent or not self.final_cti or self._output_cti == MAX_TIME
 
     def _merge(self, output: _Output, subscriber: Any, limit: int) -> int:
         """Merge arrivals and emit up to ``limit`` elements. Runs only on the drain."""
@@ -593,7 +607,9 @@ class Union:
         count = 0
         low = False  # an input's credit fell to its low-water mark: replenish after the loop
         try:
-            while count < limit:
+            # RS §3.12: a cancel from inside on_next stops the loop; what was not delivered
+            # stays queued for the next subscriber (the union is hot)
+            while count < limit and not output._cancelled:
                 if pending:
                     item = pending.popleft()
                     on_next(item)
@@ -620,6 +636,7 @@ class Union:
                         continue
                     if item.kind == CTI:
                         inp.last_cti = item.start
+                        inp.ctis += 1  # TS §3.4: not an insert; counted apart
                 else:
                     try:
                         state, outputs = self._marker(inp, item, state)
@@ -633,7 +650,7 @@ class Union:
                             self._ctis += 1
                         else:
                             inp.emitted += 1
-                        if count < limit:
+                        if count < limit and not output._cancelled:  # RS §3.12
                             on_next(out)
                             count += 1
                         else:
@@ -726,9 +743,11 @@ class Union:
         output_cti = self._output_cti
         last = inp.last_cti
         lag = None if output_cti is None or last is None else output_cti - last
-        return InputStats(inp.name, inp.state, inp.received, inp.emitted, inp.dropped,
-                          inp.adjusted, last, lag, inp.received - inp.processed, inp.peak,
-                          inp.prefetch, inp.error, inp.discarded)
+        received = inp.received
+        ctis = inp.ctis
+        return InputStats(inp.name, inp.state, received - ctis, inp.emitted, inp.dropped,
+                          inp.adjusted, last, lag, received - inp.processed, inp.peak,
+                          inp.prefetch, inp.error, inp.discarded, ctis)
 
     def stats(self) -> UnionStats:
         """Frozen per-input and total accounting; O(inputs ever added)."""
