@@ -20,12 +20,13 @@ Emitted CTIs are rows with ``kind="cti"``, their delayed time in ``start`` and n
 CTIs that do not advance time, ``join`` and ``leave`` rows produce nothing.
 
 Spark's watermark follows the CTI: the stage declares ``withWatermark("cti_time", "1
-millisecond")`` (a CTI keeps an event at its time; Spark's watermark does not) and
-``withWatermark("event_time", "1 millisecond")`` so that downstream aggregations may group by
-``window("event_time", …)``. Spark's global watermark is the minimum of the two, and every
-emitted CTI is itself a row with ``event_time = cti``, so the global watermark is exactly
-``cti_to_watermark_ms(cti)`` — reported in ``query.lastProgress["eventTime"]["watermark"]``
-from the batch after the one that emitted the CTI.
+millisecond")`` (a CTI keeps an event at its time; Spark's watermark does not), so Spark's
+watermark is exactly ``cti_to_watermark_ms(cti)`` — reported in
+``query.lastProgress["eventTime"]["watermark"]`` from the batch after the one that emitted the
+CTI. Spark allows one watermark per linear plan, so ``event_time`` is marked as an event-time
+column of that same watermark (Spark's column metadata): downstream aggregations may group by
+``window("event_time", …)`` in append mode, and Spark closes those windows as the CTI passes
+their end — never by max(event time).
 
 Limits: one task per clock group per micro-batch (a group's rows of one batch are in memory
 in that task); groups run in parallel. See ``docs/spark.md``.
