@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 
 from engine.errors import BadRecordError, InputError, TimeFormatError
+from engine.jsonl_scan import scan_block
 from engine.times import to_ns
 
 __all__ = [
@@ -91,12 +92,15 @@ class Columns:
     ``kind`` int8 (``INSERT``/``CTI``/``JOIN``/``LEAVE``); ``source`` int32 codes into the
     replay's ``SourceTable``; ``start``/``end`` int64 ns (``end = start + 1`` for points, ``start``
     for CTIs, 0 for join/leave); ``has_end`` bool (an interval); ``payload`` a list of JSON
-    values; ``key`` int64 order key; ``file`` int32 file index; ``line`` int64 line number.
+    values; ``key`` int64 order key; ``file`` int32 file index; ``line`` int64 line number;
+    ``raw`` the input lines when they are canonical (``engine.jsonl_scan``), else ``None``.
     """
 
-    __slots__ = ("kind", "source", "start", "end", "has_end", "payload", "key", "file", "line")
+    __slots__ = ("kind", "source", "start", "end", "has_end", "payload", "key", "file", "line",
+                 "raw")
 
-    def __init__(self, kind, source, start, end, has_end, payload, key, file, line) -> None:
+    def __init__(self, kind, source, start, end, has_end, payload, key, file, line,
+                 raw=None) -> None:
         self.kind = kind
         self.source = source
         self.start = start
@@ -106,6 +110,9 @@ class Columns:
         self.key = key
         self.file = file
         self.line = line
+        #: ``engine.jsonl_scan.RawLines`` when every row's input line is canonical (a JSON
+        #: Lines block in the flat shape), else ``None``; rows picked or merged drop it
+        self.raw = raw
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -438,6 +445,24 @@ def _jsonl_fast(lines: list[bytes], first_line: int, st: _FileState) -> Columns:
                  np.arange(first_line, first_line + len(lines), dtype=np.int64))
 
 
+def _jsonl_scanned(data: bytes, first_line: int, st: _FileState) -> Columns | None:
+    """A block of whole lines read by the vectorised scanner, or ``None`` if it is not all in
+    the flat shape (or its order keys go backwards): the record parsers then take it."""
+    found = scan_block(data, st.mode, st.table, st.last_key)
+    if found is None:
+        return None
+    mode, kind, source, start, end, has_end, key, payload, raw = found
+    n = len(kind)
+    if mode == "position":
+        key = np.arange(st.position, st.position + n, dtype=np.int64)
+    st.mode = mode
+    st.last_key = int(key[-1])
+    st.position += n
+    return Columns(kind, source, start, end, has_end, payload, key,
+                   np.full(n, st.index, np.int32),
+                   np.arange(first_line, first_line + n, dtype=np.int64), raw)
+
+
 def _jsonl_chunk(lines: list[bytes], first_line: int, st: _FileState, last: bool) -> Columns:
     saved = (st.mode, st.last_key, st.position)
     try:
@@ -462,8 +487,13 @@ def _read_jsonl(st: _FileState, on_bytes: Callable[[int], None] | None) -> Itera
             if cut < 0:
                 rest = buf
                 continue
-            lines = buf[:cut].split(b"\n")
             rest = buf[cut + 1:]
+            scanned = _jsonl_scanned(buf[:cut + 1], line, st)
+            if scanned is not None:
+                yield scanned
+                line += len(scanned)
+                continue
+            lines = buf[:cut].split(b"\n")
             yield _jsonl_chunk(lines, line, st, False)
             line += len(lines)
         if rest.strip():

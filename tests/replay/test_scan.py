@@ -1,0 +1,180 @@
+"""The vectorised JSON Lines scanner agrees with the record parsers on every block it accepts,
+its canonical lines are the encoder's bytes, and it accepts the flat shape it is for."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.eventlog import insert_line, insert_prefix
+from engine.eventlog_read import BadRecords, SourceTable, _FileState, _jsonl_chunk
+from engine.jsonl_scan import scan_block
+from engine.times import MAX_TIME, MIN_TIME
+
+ints = st.one_of(st.integers(-5, 30), st.integers(MIN_TIME, MAX_TIME),
+                 st.sampled_from([MIN_TIME, MAX_TIME, 0, -1, 10**18, 2**63, -(2**63) - 1]))
+names = st.one_of(st.sampled_from(["A", "B", "dev-1", "", "eightchr", "ninechars", "é",
+                                   "a\"b", "a\\b", "a,b", "x" * 40, "\u2028"]),
+                  st.text(max_size=12))
+payloads = st.one_of(st.none(), st.integers(-3, 3), st.integers(2**62, 2**64 + 5),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=4),
+                     st.booleans(),
+                     st.dictionaries(st.sampled_from(["v", "w", "é"]), st.integers(0, 9),
+                                     max_size=2),
+                     st.lists(st.integers(0, 3), max_size=2))
+
+
+@st.composite
+def records(draw, mode, clean):
+    if clean:  # valid records, in the canonical key order: mostly flat
+        kind = draw(st.sampled_from(["insert", "insert", "insert", "cti", "join", "leave"]))
+        rec: dict = {} if mode == "position" else {mode: draw(st.integers(0, 3))}
+        if kind != "cti" or draw(st.integers(0, 4)):
+            rec["source"] = draw(st.sampled_from(["A", "dev-1", "eightchr", "ninechars", "é",
+                                                  "x" * 40]))
+        rec["kind"] = kind
+        if kind in ("insert", "cti"):
+            rec["start"] = draw(st.integers(MIN_TIME, MAX_TIME - 2**41))
+        if kind == "insert" and draw(st.booleans()):
+            rec["end"] = rec["start"] + draw(st.integers(1, 2**40))
+        if kind == "insert" and draw(st.booleans()):
+            rec["payload"] = draw(payloads)
+        return rec
+    kind = draw(st.sampled_from(["insert", "insert", "cti", "join", "leave", "other"]))
+    rec: dict = {}
+    if mode != "position":
+        rec[mode] = draw(st.integers(0, 3))  # keys made non-decreasing below
+    if kind != "cti" or draw(st.booleans()):
+        rec["source"] = draw(names)
+    rec["kind"] = kind
+    if kind in ("insert", "cti") or draw(st.integers(0, 9)) == 0:
+        rec["start"] = draw(ints)
+    if kind != "cti" and draw(st.booleans()) or draw(st.integers(0, 19)) == 0:
+        rec["end"] = draw(ints)
+    if kind != "cti" and draw(st.booleans()) or draw(st.integers(0, 19)) == 0:
+        rec["payload"] = draw(payloads)
+    return rec
+
+
+def encode(rec: dict, draw, clean: bool) -> bytes:
+    items = list(rec.items())
+    if not clean and draw(st.integers(0, 9)) == 0:
+        items = draw(st.permutations(items))
+    try:
+        line = orjson.dumps(dict(items))
+    except TypeError:  # an int beyond 64 bits: write it as text
+        line = ("{" + ",".join(f"{orjson.dumps(k).decode()}:{v}" if isinstance(v, int)
+                               else f"{orjson.dumps(k).decode()}:{orjson.dumps(v).decode()}"
+                               for k, v in items) + "}").encode()
+    if clean:
+        return line
+    edit = draw(st.integers(0, 14))
+    if edit == 0 and line:  # a byte changed
+        i = draw(st.integers(0, len(line) - 1))
+        line = line[:i] + bytes([draw(st.sampled_from(b' {}",:0-9\\\x00\x80nul'))]) + line[i + 1:]
+    elif edit == 1:
+        line = line.replace(b":", b": ", 1)
+    elif edit == 2:
+        line = b""  # a blank line
+    elif edit == 3:
+        line = line.replace(b'"start":', b'"start":-0', 1)
+    return line
+
+
+@st.composite
+def blocks(draw):
+    mode = draw(st.sampled_from(["position", "seq", "arrival"]))
+    clean = draw(st.booleans())
+    recs = draw(st.lists(records(mode, clean), min_size=1, max_size=12))
+    key = 0
+    for r in recs:
+        if mode in r:
+            key += r[mode]
+            r[mode] = key if clean or draw(st.integers(0, 19)) else key - 5
+    return b"".join(encode(r, draw, clean) + b"\n" for r in recs)
+
+
+def parse_exactly(raw: bytes):
+    table = SourceTable()
+    st_ = _FileState("f.jsonl", 0, table, BadRecords("skip"))
+    cols = _jsonl_chunk(raw[:-1].split(b"\n"), 1, st_, False)
+    return cols, table, st_
+
+
+@settings(max_examples=1500, deadline=None)
+@given(blocks())
+def test_scanner_equals_the_record_parsers_when_it_accepts(raw):
+    table = SourceTable()
+    found = scan_block(raw, None, table, -(2**63))
+    try:
+        cols, exact_table, st_ = parse_exactly(raw)
+    except OverflowError:  # a point at MAX_TIME: the record parsers' business, not the scanner's
+        assert found is None
+        return
+    if found is None:
+        return
+    mode, kind, source, start, end, has_end, key, payload, lines = found
+    # a block the scanner accepts is all good records: none skipped, one row per line
+    assert not st_.bad.skipped and len(cols) == raw.count(b"\n")
+    assert mode == st_.mode
+    assert table.names == exact_table.names
+    assert kind.tolist() == cols.kind.tolist()
+    assert source.tolist() == cols.source.tolist()
+    assert start.tolist() == cols.start.tolist()
+    assert end.tolist() == cols.end.tolist()
+    assert has_end.tolist() == cols.has_end.tolist()
+    assert payload == cols.payload
+    if key is not None:
+        assert key.tolist() == cols.key.tolist()
+    for i in np.flatnonzero(kind == 0).tolist():  # the canonical bytes of each insert
+        pre = insert_prefix(table.names[source[i]])
+        expected = insert_line(pre, int(start[i]), int(end[i]) if has_end[i] else None,
+                               payload[i])
+        assert lines.line(i) == expected
+        assert lines.start_at[i] - lines.body[i] == len(pre)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["A", "dev-7", "ninechars", "é"]),
+                          st.sampled_from(["insert", "cti"]), st.integers(MIN_TIME, MAX_TIME - 1),
+                          st.integers(1, 2**40), st.booleans(),
+                          st.sampled_from([None, 1, {"v": 2}, [1, "x"], "s", True])),
+                min_size=1, max_size=30),
+       st.sampled_from(["position", "seq", "arrival"]))
+def test_scanner_accepts_the_flat_shape(rows, mode):
+    # canonical records with an order key in front: the shape it exists for
+    lines = []
+    for n, (src, kind, t, d, interval, p) in enumerate(rows):
+        rec: dict = {} if mode == "position" else {mode: n}
+        rec.update(source=src, kind=kind, start=t)
+        if kind == "insert" and interval:
+            rec["end"] = min(t + d, MAX_TIME)
+        if kind == "insert" and p is not None:
+            rec["payload"] = p
+        lines.append(orjson.dumps(rec) + b"\n")
+    raw = b"".join(lines)
+    found = scan_block(raw, None, SourceTable(), -(2**63))
+    assert found is not None
+    assert found[0] == mode and found[1].tolist() == [0 if r[1] == "insert" else 1 for r in rows]
+
+
+def test_scanner_refuses_what_is_not_certainly_flat():
+    good = b'{"source":"A","kind":"insert","start":5}\n'
+    assert scan_block(good, None, SourceTable(), -(2**63)) is not None
+    for bad in (b'{"source":"A","kind":"insert","start":05}\n',      # not a JSON number
+                b'{"source":"A","kind":"insert","start":-0}\n',      # not canonical
+                b'{"source":"A","kind":"insert","start":5,"payload":null}\n',  # omitted
+                b'{"source":"A","kind":"insert","start":5}\n\n',     # a blank line
+                b'{"source":"A","kind":"insert", "start":5}\n',     # a space
+                b'{"source":"A","kind":"cti","start":5,"end":6}\n',  # a bad record
+                b'{"source":"A","kind":"insert","start":5,"end":5}\n',
+                b'{"source":"A","kind":"insert","start":9223372036854775808}\n',
+                b'{"source":"A","kind":"insert","start":5,"payload":NaN}\n',
+                b'{"source":"A","kind":"insert","start":5,"payload":{"v":1,"v":2}}\n',
+                b'{"source":"\xff","kind":"insert","start":5}\n',
+                b'{"source":"A","kind":"insert","start":5}\r\n',
+                b'{"seq":2,"source":"A","kind":"insert","start":5}\n'
+                b'{"seq":1,"source":"A","kind":"insert","start":5}\n'):  # TS §5.2
+        assert scan_block(bad, None, SourceTable(), -(2**63)) is None, bad
