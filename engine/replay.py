@@ -567,6 +567,10 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                                rows_index[emit_cti_rows], cti[emit_cti_rows]))
             timed_before += int(timed.sum())
 
+        if chunk.raw is not None:
+            _write_raw(chunk.raw, action, cti, out, late_out)
+            continue
+
         # output: per row the insert's canonical line, a CTI, an adjusted line or nothing
         parts: list[bytes] = []
         lparts: list[bytes] = []
@@ -613,3 +617,56 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
     stats = _inputs(names, c.received, c.inserts, c.ctis, c.emitted, c.late, c.adjusted,
                     last_cti)
     return stats, per_file, totals, plot_data
+
+
+def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
+               late_out: _Output) -> None:
+    """Write a chunk whose input lines are canonical (``engine.jsonl_scan``): emitted inserts
+    are copied from the input bytes with numpy; only CTIs, late and adjusted rows are built
+    one by one. The bytes are those ``insert_line`` would write (TS §5.1)."""
+    data, body, stop = raw.data, raw.body, raw.stop
+    emit = action == EMIT
+    lens = np.where(emit, stop - body, 0)
+    # the kept bytes: runs [body, stop) of the emitted rows, the rest skipped
+    rows = np.flatnonzero(emit)
+    bounds = np.empty(2 * len(rows) + 2, np.int64)
+    bounds[0] = 0
+    bounds[1:-1:2] = body[rows]
+    bounds[2:-1:2] = stop[rows]
+    bounds[-1] = len(data)
+    flags = np.zeros(len(bounds) - 1, np.bool_)
+    flags[1::2] = True
+    kept = memoryview(data[np.repeat(flags, np.diff(bounds))])
+    late_on = late_out.file is not None
+    special = (action == CTI_EMIT) | (action == EMIT_ADJUSTED)
+    if late_on:
+        special |= action == DROP_LATE
+    rows = np.flatnonzero(special)
+    if not len(rows):
+        out.write(kept)
+        return
+    at = (np.cumsum(lens) - lens)[rows]  # where each special row goes in ``kept``
+    parts: list = []
+    lparts: list[bytes] = []
+    pos = 0
+    for i, a, o, c in zip(rows.tolist(), action[rows].tolist(), at.tolist(),
+                          cti[rows].tolist()):
+        if o > pos:
+            parts.append(kept[pos:o])
+            pos = o
+        if a == CTI_EMIT:
+            parts.append(cti_line(c))
+            continue
+        line = data[body[i]:stop[i]].tobytes()
+        if a == DROP_LATE:
+            lparts.append(late_line(line, c, "dropped", None))
+            continue
+        # EMIT_ADJUSTED: an interval, so a comma follows its start's digits
+        p = int(raw.start_at[i] - body[i])
+        q = line.find(b",", p)
+        parts.append(b"%b%d%b" % (line[:p], c, line[q:]))
+        if late_on:
+            lparts.append(late_line(line, c, "adjusted", c))
+    parts.append(kept[pos:])
+    out.write(b"".join(parts))
+    late_out.write(b"".join(lparts))
