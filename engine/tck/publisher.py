@@ -277,7 +277,12 @@ class PublisherVerification:
         probes = [self._subscribe(publisher, name=f"subscriber-{i}") for i in range(3)]
         for probe in probes:
             probe.request(1)
-        for probe in probes:
+        for index, probe in enumerate(probes):
+            if not self.multiple_subscribers and index > 0:
+                # A single-subscriber publisher may refuse the others, but only the legal way:
+                # on_subscribe first, then on_error (RS §1.9)
+                probe.expect_error(Exception)
+                continue
             if not self.hot:
                 probe.expect_next()
             probe.cancel()
