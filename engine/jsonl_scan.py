@@ -30,18 +30,8 @@ __all__ = ["RawLines", "scan_block", "MAX_NAME"]
 #: names longer than this many bytes are looked up one by one instead of vectorised
 MAX_NAME = 32
 
-_NL, _QUOTE, _COMMA, _BAD, _HIGH = 1, 2, 3, 4, 5  # _BAD and _HIGH last: one max() finds both
 _PAD = 32
-_LUT = np.zeros(256, np.uint8)
-_LUT[:0x20] = _BAD  # control characters are never valid inside these lines
-_LUT[ord("\n")] = _NL
-_LUT[ord('"')] = _QUOTE
-_LUT[ord(",")] = _COMMA
-_LUT[ord("\\")] = _BAD  # an escape: the exact parsers decide what it means
-_LUT[0x80:] = _HIGH  # UTF-8: allowed if the block decodes
 
-_POW10 = [np.uint64(10**k) for k in range(20)]
-_INT64_MAX = np.uint64(2**63 - 1)
 
 
 class RawLines:
@@ -89,8 +79,28 @@ def _literal(w: np.ndarray, at: np.ndarray, lit: bytes) -> np.ndarray:
     return ok
 
 
-def _ints(a: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """int64 values of the canonical JSON integers in ``a[p:q]`` per row, else ``_NotFlat``."""
+_U = np.uint64
+_ASCII0 = _U(0x3030303030303030)
+_HIGH_NIBBLES = _U(0xF0F0F0F0F0F0F0F0)
+_SIXES = _U(0x0606060606060606)
+_ALL = _U(2**64 - 1)
+_INT64_MAX = _U(2**63 - 1)
+
+
+def _eight_digits(word: np.ndarray) -> np.ndarray:
+    """The value of eight ASCII digits read little-endian (first digit in the lowest byte)."""
+    v = word - _ASCII0
+    v = ((v & _U(0x0F0F0F0F0F0F0F0F)) * _U(2561)) >> _U(8)
+    v = ((v & _U(0x00FF00FF00FF00FF)) * _U(6553601)) >> _U(16)
+    return ((v & _U(0x0000FFFF0000FFFF)) * _U(42949672960001)) >> _U(32)
+
+
+def _ints(a: np.ndarray, w: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """int64 values of the canonical JSON integers in ``a[p:q]`` per row, else ``_NotFlat``.
+
+    Eight digits at a time, from the right: each word ending at ``q - 8 j`` has its bytes
+    before ``p`` replaced by ``'0'``, is checked to be all digits, and converted with three
+    multiplications."""
     if not len(p):
         return np.zeros(0, np.int64)
     neg = a[p] == ord("-")
@@ -101,14 +111,20 @@ def _ints(a: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
     if ((a[p] == ord("0")) & (length > 1)).any():  # a leading zero: not a JSON number
         raise _NotFlat
     value = np.zeros(len(p), np.uint64)
-    for k in range(int(length.max())):
-        has = length > k
-        d = a[np.where(has, q - 1 - k, 0)] - np.uint8(ord("0"))
-        if ((d > 9) & has).any():
-            raise _NotFlat
-        value += np.where(has, d.astype(np.uint64) * _POW10[k], np.uint64(0))
+    for j in range(3):
+        digits = np.clip(length - 8 * j, 0, 8)
+        if not digits.any():
+            break
+        word = w[np.maximum(q - 8 * (j + 1), 0)]
+        fill = (8 - digits).astype(np.uint64)  # low bytes that precede the number
+        low = np.where(fill >= 8, _ALL, (_U(1) << (np.minimum(fill, 7) * _U(8))) - _U(1))
+        word = (word & ~low) | (_ASCII0 & low)
+        if ((word & _HIGH_NIBBLES) != _ASCII0).any() or \
+                (((word + _SIXES) & _HIGH_NIBBLES) != _ASCII0).any():
+            raise _NotFlat  # a byte that is not a digit
+        value += _eight_digits(word) * _U(10 ** (8 * j))
     # 19 digits can exceed int64 (but not uint64); -0 is not canonical
-    too_big = np.where(neg, value > _INT64_MAX + np.uint64(1), value > _INT64_MAX)
+    too_big = np.where(neg, value > _INT64_MAX + _U(1), value > _INT64_MAX)
     if too_big.any() or (neg & (value == 0)).any():
         raise _NotFlat
     out = value.view(np.int64).copy()
@@ -204,20 +220,19 @@ def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
     padded += bytes(_PAD)  # so that every literal read stays inside the buffer
     a = np.frombuffer(padded, np.uint8)
     w = _words(a)
-    cls = _LUT[a[:size]]
-    sp = np.flatnonzero(cls)
-    sk = cls[sp]
-    if len(sk) and sk.max() >= _BAD:
-        if (sk == _BAD).any():
-            raise _NotFlat
+    text = a[:size]
+    if b"\\" in raw:  # an escape: the exact parsers decide what it means
+        raise _NotFlat
+    if not raw.isascii():
         try:
-            raw.decode("utf-8")  # _HIGH bytes: fine if the block is valid UTF-8
+            raw.decode("utf-8")  # fine if the block is valid UTF-8
         except UnicodeDecodeError:
             raise _NotFlat from None
-    nl = sp[sk == _NL]
-    quotes = sp[sk == _QUOTE]
-    terms = sp[(sk == _COMMA) | (sk == _NL)]
-    del cls, sp, sk
+    nl = np.flatnonzero(text == ord("\n"))
+    if np.count_nonzero(text < 0x20) != len(nl):  # control characters are never valid here
+        raise _NotFlat
+    quotes = np.flatnonzero(text == ord('"'))
+    terms = np.flatnonzero((text == ord(",")) | (text == ord("\n")))
     n = len(nl)
     ls = np.empty(n, np.int64)
     ls[0] = 0
@@ -241,7 +256,7 @@ def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
         q = terms[np.searchsorted(terms, p)]
         if (a[q] != ord(",")).any():
             raise _NotFlat
-        key = _ints(a, p, q)
+        key = _ints(a, w, p, q)
         if key[0] < last_key or (key[1:] < key[:-1]).any():
             raise _NotFlat  # TS §5.2: the record parsers name the line
         body = q
@@ -283,7 +298,7 @@ def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
     p = at[rows] + 9
     q = terms[np.searchsorted(terms, p)]
     q = np.where(a[q] == ord("\n"), q - 1, q)  # the record's closing brace
-    start[rows] = _ints(a, p, q)
+    start[rows] = _ints(a, w, p, q)
     start_at[rows] = p
     at[rows] = q
 
@@ -298,7 +313,7 @@ def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
         p = at[rows] + 7
         q = terms[np.searchsorted(terms, p)]
         q = np.where(a[q] == ord("\n"), q - 1, q)
-        e = _ints(a, p, q)
+        e = _ints(a, w, p, q)
         if (e <= start[rows]).any():
             raise _NotFlat
         end[rows] = e
@@ -311,16 +326,17 @@ def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
     payload: list = [None] * n
     rows = np.flatnonzero(has_payload)
     if len(rows):
-        p0 = (at[rows] + 11).tolist()
-        p1 = (nl[rows] - 1).tolist()
+        p0, p1 = at[rows] + 11, nl[rows] - 1
+        if ((p1 - p0 == 4) & _literal(w, p0, b"null")).any():
+            raise _NotFlat  # a null payload is omitted from the canonical line
+        p0, p1 = p0.tolist(), p1.tolist()
         joined = b"[" + b",".join([raw[i:j] for i, j in zip(p0, p1)]) + b"]"
         try:
             values = orjson.loads(joined)
         except orjson.JSONDecodeError:
             raise _NotFlat from None
-        # one value per row, each re-encoded to its own bytes: canonical, and none is null
-        # (a null payload is omitted from the canonical line)
-        if len(values) != len(rows) or orjson.dumps(values) != joined or None in values:
+        # one value per row, each re-encoded to its own bytes: canonical
+        if len(values) != len(rows) or orjson.dumps(values) != joined:
             raise _NotFlat
         for i, v in zip(rows.tolist(), values):
             payload[i] = v
