@@ -89,8 +89,10 @@ def markdown_table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split(
-        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Our implementations and the peers on one fixed workload, in interleaved "
+                    "rounds, counts checked every run (see benchmarks/README.md).")
     parser.add_argument("-n", type=int, default=None,
                         help="records in the workload (default 1,000,000; --quick 100,000)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (at least 5)")
