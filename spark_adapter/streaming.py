@@ -94,8 +94,9 @@ def run_stage_batch(config: StageConfig, pdf: Any, cti: int | None, blob: bytes 
     """One clock group's micro-batch: ``(output frame, cti, blob)``. Runs on an executor.
 
     ``pdf`` is the group's rows (pandas, integral columns as value/null pairs); ``cti`` the
-    last emitted CTI and ``blob`` the pickled policy state (``None`` for goldilocks/max, whose
-    whole state is ``cti``). Pure: the same inputs give the same outputs.
+    last emitted CTI and ``blob`` the pickled policy state (``None`` before the first batch).
+    Policies with a columnar form (goldilocks, max) run ``run_columns`` with that state; the
+    others run ``step`` row by row. Pure: the same inputs give the same outputs.
     """
     import numpy as np
     import pandas as pd
@@ -117,20 +118,14 @@ def run_stage_batch(config: StageConfig, pdf: Any, cti: int | None, blob: bytes 
     has_cti = np.zeros(n, dtype=bool)
     emits_cti = np.zeros(n, dtype=bool)
 
-    if blob is None and _columnar(policy):
+    state = pickle.loads(blob) if blob is not None else policy.initial()
+    if _columnar(policy):
         idx = np.flatnonzero((kind == "insert") | (kind == KIND_CTI))  # join/leave: no-ops
         is_cti = kind[idx] == KIND_CTI
         s = start[idx]
         e = np.where(has_end[idx], end_v[idx], s + 1)
-        seeded = cti is not None
-        if seeded:  # a CTI at cti + delay is emitted at exactly cti: the state, restored
-            is_cti = np.concatenate([[True], is_cti])
-            s = np.concatenate([np.array([cti + policy.delay], np.int64), s])
-            e = np.concatenate([np.array([0], np.int64), e])
-        codes, after = policy.run_columns(is_cti, s, e)[:2]
-        seen = np.cumsum(is_cti) > 0
-        if seeded:
-            codes, after, seen, s = codes[1:], after[1:], seen[1:], s[1:]
+        codes, after, state = policy.run_columns(is_cti, s, e, state)
+        seen = (np.cumsum(is_cti) > 0) | (cti is not None)
         keep[idx] = codes != CTI_SUPPRESS
         # an emitted CTI starts at its delayed time, an adjusted insert at the CTI it
         # violated; ``after`` holds both (operators.columnar)
@@ -145,13 +140,12 @@ def run_stage_batch(config: StageConfig, pdf: Any, cti: int | None, blob: bytes 
         some = last >= 0
         cti_after[some] = after[last[some]]
         has_cti[some] = seen[last[some]]
-        if seeded:
+        if cti is not None:
             cti_after[~some] = cti
             has_cti[:] = True
         new_cti = int(cti_after[-1]) if n and has_cti[-1] else cti
-        new_blob = None
+        new_blob = pickle.dumps(state)
     else:
-        state = pickle.loads(blob) if blob is not None else policy.initial()
         source = pdf["source"].to_numpy(dtype=object)
         current = cti
         for i in range(n):
