@@ -58,6 +58,9 @@ class Event:
     def point(cls, t: object, payload: Any = None, source: str | None = None) -> Event:
         """A point event at ``t`` (lifetime one tick)."""
         start = to_ns(t, what="point event time")
+        if start >= MAX_TIME:  # TS §1.3: one tick of lifetime must fit
+            raise InputError(f"point event at {t!r}: the latest instant leaves no room for a "
+                             "one-tick lifetime; expected a time before MAX_TIME")
         return cls(POINT, start, start + 1, payload, source)
 
     @classmethod

@@ -27,7 +27,7 @@ import orjson
 
 from engine.errors import BadRecordError, InputError, TimeFormatError
 from engine.jsonl_scan import scan_block
-from engine.times import to_ns
+from engine.times import MAX_TIME, to_ns
 
 __all__ = [
     "KIND_NAMES",
@@ -296,6 +296,9 @@ def _record(obj: Any, st: _FileState, line: int) -> tuple:
                                "payload")
             end, has_end = start, False
         elif end_value is None:
+            if start >= MAX_TIME:  # TS §1.3: a point lives one tick, and none is left
+                raise st.error(line, f"a point at {start}, the latest instant, has no room for "
+                               "its one-tick lifetime; expected a start before it", "start")
             end, has_end = start + 1, False
         else:
             end = _instant(end_value, st, line, "end")
@@ -403,6 +406,8 @@ def _fast(kind_l: list, src_l: list, start_l: list, end_l: list, payload_l: list
     has_end &= timed
     if (has_end & (end <= start)).any():
         raise _Slow
+    if (~has_end & ~is_cti & timed & (start == MAX_TIME)).any():
+        raise _Slow  # start + 1 would wrap: the exact parser names the record
     end = np.where(has_end, end, np.where(is_cti, start, start + 1))
     if not timed.all():
         start = np.where(timed, start, 0)
