@@ -315,6 +315,10 @@ class Emitter(InputHandle):
         if event is None:
             raise TypeError("send_blocking() requires an event, got None")
         inp = self._input
+        if self._credit() > 0:  # credit in hand: no Condition, no wait
+            self._check_open()
+            inp.on_next(event)
+            return True
         cond = inp._credit_cond
         if cond is None:
             cond = inp._credit_cond = threading.Condition()
