@@ -67,8 +67,7 @@ def _stream(spark, directory, **options):
 
 
 def _canonical(rows):
-    from spark_adapter import split_late  # noqa: F401  (documents where the split is)
-
+    """The stage's rows as the engine's output and late bytes (the split ``split_late`` does)."""
     rows = sorted(rows, key=lambda r: r["order_key"])
     events = [r for r in rows if r["late_action"] in (None, "adjusted")]
     late = [dict(r.asDict(), start=r["original_start"], action=r["late_action"],
