@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.contracts import MAX_DEMAND, Publisher, Subscription
 from engine.errors import ClosedError
-from engine.executors import INLINE
+from engine.executors import INLINE, Executor
 from engine.subscription import (
     BufferedSubscription,
     SerialUpstream,
@@ -32,7 +32,7 @@ from engine.subscription import (
 )
 from engine.violations import report_violation
 
-__all__ = ["Multicast", "TransformProcessor", "transform", "MulticastStats"]
+__all__ = ["Multicast", "CursorSubscription", "TransformProcessor", "transform", "MulticastStats"]
 
 
 class MulticastStats(tuple):
@@ -49,21 +49,26 @@ class MulticastStats(tuple):
     capacity = property(lambda self: self[3])
 
 
-class _Member(SubscriptionBase):
-    """One subscriber's view of the shared buffer: a cursor into it."""
+class CursorSubscription(SubscriptionBase):
+    """One subscriber's view of a shared buffer: a cursor (an absolute element index) into it.
+
+    The owner keeps the buffer and provides ``_window(cursor, limit) -> list`` (the elements
+    from ``cursor`` on, at most ``limit``), ``_end() -> int`` (the index after the last one),
+    ``_advance()`` (trim what every cursor passed, ask upstream for room) and
+    ``_leave(member, cancelled)``. ``Multicast`` is one owner; the network server's output
+    fan-out is another.
+    """
 
     __slots__ = ("_owner", "cursor")
 
-    def __init__(self, subscriber: Any, owner: Multicast, cursor: int) -> None:
-        super().__init__(subscriber, INLINE)
+    def __init__(self, subscriber: Any, owner: Any, cursor: int,
+                 executor: Executor = INLINE) -> None:
+        super().__init__(subscriber, executor)
         self._owner = owner
         self.cursor = cursor
 
     def _emit(self, subscriber: Any, limit: int) -> int:
-        owner = self._owner
-        with owner._lock:
-            offset = self.cursor - owner._base
-            batch = list(itertools.islice(owner._items, offset, offset + limit))
+        batch = self._owner._window(self.cursor, limit)
         on_next = subscriber.on_next
         count = 0
         for item in batch:
@@ -80,8 +85,7 @@ class _Member(SubscriptionBase):
         return count
 
     def _drained(self) -> bool:
-        owner = self._owner
-        return self.cursor >= owner._base + len(owner._items)
+        return self.cursor >= self._owner._end()
 
     def _on_emitted(self, count: int) -> None:
         self._owner._advance()
@@ -104,7 +108,7 @@ class Multicast:
         self._lock = threading.Lock()
         self._items: deque[Any] = deque()
         self._base = 0  # absolute index of _items[0]
-        self._members: list[_Member] = []
+        self._members: list[CursorSubscription] = []
         self._upstream: Subscription | None = None
         self._outstanding = 0
         self._completed = False
@@ -117,7 +121,7 @@ class Multicast:
     def subscribe(self, subscriber: Any) -> None:
         check_subscriber(subscriber)  # RS §1.9
         with self._lock:
-            member = _Member(subscriber, self, self._base + len(self._items))
+            member = CursorSubscription(subscriber, self, self._base + len(self._items))
             if self._error is not None:
                 member._error = self._error
             elif self._closed:
@@ -191,6 +195,15 @@ class Multicast:
             member._completed = True
             member.signal()
 
+    # ------------------------------------------------------------ the members' buffer
+    def _window(self, cursor: int, limit: int) -> list[Any]:
+        with self._lock:
+            offset = cursor - self._base
+            return list(itertools.islice(self._items, offset, offset + limit))
+
+    def _end(self) -> int:
+        return self._base + len(self._items)
+
     # ------------------------------------------------------------ pacing
     def _advance(self) -> None:
         """Trim what every member has taken; ask upstream for the free space."""
@@ -210,7 +223,7 @@ class Multicast:
             self._outstanding += want
         upstream.request(want)
 
-    def _leave(self, member: _Member, cancelled: bool) -> None:
+    def _leave(self, member: CursorSubscription, cancelled: bool) -> None:
         with self._lock:
             try:
                 self._members.remove(member)

@@ -43,7 +43,8 @@ from engine.event import CTI, Event
 from engine.eventlog import RollingFileSink
 from engine.executors import LoopExecutor
 from engine.sources import failed
-from engine.subscription import SubscriptionBase, check_subscriber
+from engine.multicast import CursorSubscription
+from engine.subscription import check_subscriber
 from engine.violations import report_violation
 
 from operators.late import LateStats
@@ -286,49 +287,13 @@ class _DevicePublisher:
 
 
 # ============================================================================ output fan-out
-class _LocalMember(SubscriptionBase):
+class _LocalMember(CursorSubscription):
     """A local subscriber of the fan-out (the file sink, ``Server.subscribe``): a cursor into
-    the shared buffer, drained on the server's loop."""
+    the shared buffer, drained on the server's loop; ``pump`` is the fan-out's member call."""
 
-    __slots__ = ("_fanout", "cursor")
+    __slots__ = ()
 
-    def __init__(self, subscriber: Any, fanout: _Fanout, cursor: int, executor: Any) -> None:
-        super().__init__(subscriber, executor)
-        self._fanout = fanout
-        self.cursor = cursor
-
-    def _emit(self, subscriber: Any, limit: int) -> int:
-        fanout = self._fanout
-        offset = self.cursor - fanout.base
-        batch = list(itertools.islice(fanout.ring, offset, offset + limit))
-        on_next = subscriber.on_next
-        count = 0
-        for item in batch:
-            if self._cancelled:
-                break
-            try:
-                on_next(item)
-            except Exception as err:
-                self.cursor += count
-                self._subscriber_failed("on_next", err)
-                return count
-            count += 1
-        self.cursor += count
-        return count
-
-    def _drained(self) -> bool:
-        fanout = self._fanout
-        return self.cursor >= fanout.base + len(fanout.ring)
-
-    def _on_emitted(self, count: int) -> None:
-        self._fanout._advance()
-
-    def _on_finish(self, cancelled: bool) -> None:
-        self._fanout._leave(self)
-
-    def pump(self) -> None:
-        self.signal()
-
+    pump = CursorSubscription.signal
 
 class _Fanout:
     """The union's one subscriber: counts every element that leaves the union and shares it
@@ -418,12 +383,19 @@ class _Fanout:
         self.join(member)
         member.start()
 
-    def _leave(self, member: Any) -> None:
+    def _leave(self, member: Any, cancelled: bool = True) -> None:
         try:
             self.members.remove(member)
         except ValueError:
             return
         self._advance()
+
+    def _window(self, cursor: int, limit: int) -> list[Event]:  # for CursorSubscription
+        offset = cursor - self.base  # only on the server's loop: no lock
+        return list(itertools.islice(self.ring, offset, offset + limit))
+
+    def _end(self) -> int:
+        return self.base + len(self.ring)
 
     def _schedule(self) -> None:
         if not self._scheduled:
