@@ -40,6 +40,7 @@ from engine.eventlog_read import (
     merge_columns,
     read_columns,
 )
+from engine.subscription import refuse_subscription
 from engine.times import to_ns
 
 __all__ = [
@@ -314,8 +315,11 @@ class RollingFileSink:
     def on_subscribe(self, subscription: Any) -> None:
         if subscription is None:
             raise TypeError("RS §2.13: on_subscribe(None)")
-        if self._subscription is not None or self.done:
-            subscription.cancel()  # RS §2.5: one active subscription
+        if self._subscription is not None:
+            refuse_subscription(subscription, repr(self))
+            return
+        if self.done:  # finished: nothing more is wanted (RS §2.6)
+            subscription.cancel()
             return
         self._subscription = subscription
         self._outstanding = self._batch

@@ -29,6 +29,7 @@ from engine.subscription import (
     SerialUpstream,
     SubscriptionBase,
     check_subscriber,
+    refuse_subscription,
 )
 from engine.violations import report_violation
 
@@ -150,9 +151,7 @@ class Multicast:
                 self._upstream = SerialUpstream(subscription)  # RS §2.7
             closed = self._closed
         if duplicate:
-            subscription.cancel()  # RS §2.5
-            report_violation("RS §2.5", f"{self.name}: second on_subscribe; cancelled it",
-                             party=subscription)
+            refuse_subscription(subscription, self.name)
             return
         if closed:
             subscription.cancel()
@@ -312,9 +311,7 @@ class TransformProcessor:
                 pending, self._pending = self._pending, 0
                 cancelled = self._cancelled
         if duplicate:
-            subscription.cancel()  # RS §2.5
-            report_violation("RS §2.5", f"{self.name}: second on_subscribe; cancelled it",
-                             party=subscription)
+            refuse_subscription(subscription, self.name)
             return
         if cancelled:
             subscription.cancel()

@@ -24,6 +24,7 @@ from typing import Any
 import logging
 
 from engine.contracts import Publisher, Subscription
+from engine.subscription import refuse_subscription
 from engine.violations import report_violation
 
 _log = logging.getLogger("goldilocks.sinks")
@@ -90,9 +91,7 @@ class CallbackSubscriber:
             subscription.cancel()
             return
         if duplicate:
-            subscription.cancel()  # RS §2.5: one active subscription at a time
-            report_violation("RS §2.5", f"{self!r} received a second on_subscribe; cancelled it",
-                             party=subscription)
+            refuse_subscription(subscription, repr(self))
             return
         self._requested = self.prefetch
         subscription.request(self.prefetch)
@@ -230,9 +229,7 @@ class _AsyncIterator:
     def on_subscribe(self, subscription: Subscription) -> None:
         _check_signal(subscription, "on_subscribe")
         if self._subscription is not None:
-            subscription.cancel()  # RS §2.5
-            report_violation("RS §2.5", "iterate(): second on_subscribe; cancelled it",
-                             party=subscription)
+            refuse_subscription(subscription, "iterate()")
             return
         self._subscription = subscription
         subscription.request(self._prefetch)

@@ -30,7 +30,12 @@ from typing import Any
 
 from engine.contracts import Publisher, Subscription
 from engine.executors import INLINE
-from engine.subscription import BufferedSubscription, SerialUpstream, check_subscriber
+from engine.subscription import (
+    BufferedSubscription,
+    SerialUpstream,
+    check_subscriber,
+    refuse_subscription,
+)
 from engine.violations import report_violation
 
 __all__ = ["pipe", "step_operator", "StagePublisher", "Step"]
@@ -77,9 +82,7 @@ class _StageSubscription(BufferedSubscription):
                 self._upstream = SerialUpstream(subscription)  # RS §2.7
                 stopped = self._stopped
         if duplicate:
-            subscription.cancel()  # RS §2.5
-            report_violation("RS §2.5", f"{self._name}: second on_subscribe; cancelled it",
-                             party=subscription)
+            refuse_subscription(subscription, self._name)
             return
         if stopped:
             subscription.cancel()

@@ -38,10 +38,17 @@ from engine.executors import INLINE, Executor
 from engine.violations import report_violation
 
 __all__ = ["SubscriptionBase", "BufferedSubscription", "SerialUpstream", "DEFAULT_BUDGET",
-           "check_subscriber"]
+           "check_subscriber", "refuse_subscription"]
 
 #: Elements one drain turn may deliver before yielding its executor.
 DEFAULT_BUDGET = 1024
+
+
+def refuse_subscription(subscription: Any, who: str) -> None:
+    """A subscriber that already has an active subscription was offered another: cancel the
+    new one and report it (RS §2.5)."""
+    subscription.cancel()  # RS §2.5
+    report_violation("RS §2.5", f"{who}: second on_subscribe; cancelled it", party=subscription)
 
 
 def check_subscriber(subscriber: object) -> None:

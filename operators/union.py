@@ -42,7 +42,7 @@ from engine.event import ADJUSTED, CTI, Event
 from engine.executors import INLINE, as_executor
 from engine.policy import Policy
 from engine.sources import failed
-from engine.subscription import SubscriptionBase, check_subscriber
+from engine.subscription import SubscriptionBase, check_subscriber, refuse_subscription
 from engine.times import MAX_TIME
 from engine.violations import report_violation
 
@@ -138,9 +138,7 @@ class _Input:
         if subscription is None:
             raise TypeError("RS §2.13: on_subscribe() requires a subscription, got None")
         if self.subscription is not None:
-            subscription.cancel()  # RS §2.5
-            report_violation("RS §2.5", f"union input {self.name!r}: second on_subscribe; "
-                             "cancelled it", party=subscription)
+            refuse_subscription(subscription, f"union input {self.name!r}")
             return
         self.subscription = subscription
         if self.left:

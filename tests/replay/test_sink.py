@@ -123,7 +123,7 @@ def test_rs_2_13_none_arguments_raise_type_error(tmp_path):
         RollingFileSink(None)  # type: ignore[arg-type]
 
 
-def test_rs_2_5_second_subscription_is_cancelled(tmp_path):
+def test_rs_2_5_second_subscription_is_cancelled(tmp_path, violations):
     sink = RollingFileSink(tmp_path)
 
     class Idle:
@@ -139,6 +139,7 @@ def test_rs_2_5_second_subscription_is_cancelled(tmp_path):
     other = Idle.__new__(Idle)
     sink.on_subscribe(other)
     assert Idle.cancelled
+    assert [v.rule for v in violations] == ["RS §2.5"]  # refused, and reported like any other
 
 
 def test_with_the_engines_iterable_publisher(tmp_path):
