@@ -628,7 +628,8 @@ class Union:
                         state, outputs = step(state, item)
                     except Exception as err:
                         return self._policy_failed(output, state, err, count)
-                    if len(outputs) == 1 and outputs[0] is item:  # an on-time insert
+                    if len(outputs) == 1 and outputs[0] is item and item.kind != CTI:
+                        # an on-time insert, passed on as it came
                         inp.emitted += 1
                         if count < limit:
                             on_next(item)

@@ -681,3 +681,36 @@ def test_non_event_element_is_refused_naming_the_input():
 
 def test_times_render_for_humans():
     assert format_ns(8 * MINUTE) == "1970-01-01T00:08:00.000000000Z"
+
+
+def test_a_policy_that_passes_ctis_through_unchanged_is_counted_right():
+    """A CTI returned as the very object that arrived is a CTI, not an emitted insert
+    (TS §3.4), even on the merge's fast path for unchanged events."""
+
+    class PassAll:
+        name, delay, on_late = "pass-all", 0, "drop"
+
+        def initial(self):
+            return None
+
+        def step(self, state, event):
+            return state, (event,)
+
+        def join(self, state, source):
+            return state, ()
+
+        def leave(self, state, source):
+            return state, ()
+
+    union = Union(PassAll())
+    seen = []
+    union.subscribe(CallbackSubscriber(seen.append))
+    a = union.open_input("A")
+    for event in (Event.point(1), Event.cti(2), Event.point(3), Event.cti(4)):
+        assert a.try_send(event)
+    a.complete()
+    union.close()
+    stats = union.stats()
+    assert [e.kind for e in seen] == ["point", "cti", "point", "cti"]
+    assert (stats.emitted, stats.ctis) == (2, 2)
+    assert (stats.input("A").emitted, stats.input("A").ctis) == (2, 2)
