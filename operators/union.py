@@ -109,7 +109,7 @@ class _Input:
 
     __slots__ = ("name", "union", "subscription", "state", "error", "requested", "received",
                  "processed", "emitted", "dropped", "adjusted", "last_cti", "peak", "prefetch",
-                 "left", "discarded", "low_water", "ctis", "_credit_cond", "_waiters")
+                 "left", "discarded", "low_water", "ctis", "gate", "_credit_cond", "_waiters")
 
     def __init__(self, union: Union, name: str, prefetch: int) -> None:
         self.name = name
@@ -130,6 +130,10 @@ class _Input:
         self.low_water = prefetch // 2  # credit is topped up when what it holds falls to this
         self.left = False    # no more arrivals will come
         self.discarded = 0   # arrived after remove() (RS §2.8), counted but not merged
+        # Orders arrivals against leaving: an event is either queued before the leave marker or
+        # discarded, never queued after it (remove() runs on any thread, concurrently with
+        # this input's signals). Held only around the check and the append.
+        self.gate = threading.Lock()
         self._credit_cond: threading.Condition | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
@@ -149,11 +153,16 @@ class _Input:
     def on_next(self, event: Any) -> None:
         if event is None:
             raise TypeError("RS §2.13: on_next() requires an event, got None")
-        if self.left:
-            # RS §2.8: events may still arrive after remove() cancelled; counted, not merged
-            self.discarded += 1
-            return
-        self.union._arrive(self, self.accept(event))
+        union = self.union
+        with self.gate:
+            if self.left:
+                # RS §2.8: events may still arrive after remove() cancelled; counted, not merged
+                self.discarded += 1
+                return
+            union._queue.append((self, self.accept(event)))  # order = arrival (TS §4.1)
+        output = union._output
+        if output is not None:
+            output.signal()
 
     def accept(self, event: Any) -> Event:
         """Account for one arriving event and stamp it with this input's name."""
@@ -283,10 +292,13 @@ class Emitter(InputHandle):
         batch = events if len(events) <= room else events[:room]
         accept = inp.accept
         queue = inp.union._queue
-        for event in batch:
-            if event is None:
-                raise TypeError("try_send_many() requires events, got None")
-            queue.append((inp, accept(event)))
+        with inp.gate:
+            if inp.left:  # removed meanwhile: refused as a whole, as _check_open would
+                self._check_open()
+            for event in batch:
+                if event is None:
+                    raise TypeError("try_send_many() requires events, got None")
+                queue.append((inp, accept(event)))
         inp.union._wake()
         return len(batch)
 
@@ -477,15 +489,16 @@ class Union:
                     self._wake()  # merge what was sent; credit may come back
                 if inp.requested - inp.received <= 0:
                     break
-            if inp.left:
-                emitter._check_open()
-            if event.__class__ is Event and event.source == inp.name:
-                received = inp.received = inp.received + 1  # accept(), inlined: the hot path
-                if received - inp.processed > inp.peak:
-                    inp.peak = received - inp.processed
-            else:
-                event = inp.accept(event)
-            queue.append((inp, event))
+            with inp.gate:  # see _Input.gate: never queued after the input's leave marker
+                if inp.left:
+                    emitter._check_open()
+                if event.__class__ is Event and event.source == inp.name:
+                    received = inp.received = inp.received + 1  # accept(), inlined
+                    if received - inp.processed > inp.peak:
+                        inp.peak = received - inp.processed
+                else:
+                    event = inp.accept(event)
+                queue.append((inp, event))
             sent += 1
             pending += 1
             if pending >= chunk:
@@ -495,14 +508,8 @@ class Union:
             self._wake()
         return sent
 
-    def _arrive(self, inp: _Input, item: Any) -> None:
-        self._queue.append((inp, item))  # deque.append is atomic; order = arrival (TS §4.1)
-        output = self._output
-        if output is not None:
-            output.signal()
-
     def _leave(self, inp: _Input, state: str, error: BaseException | None) -> None:
-        with self._lock:
+        with inp.gate, self._lock:  # lock order: an input's gate, then the union's lock
             if inp.left:
                 return
             inp.left = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import random
 import threading
 
 import pytest
@@ -489,6 +490,37 @@ def test_add_and_remove_while_running_from_other_threads():
         assert s.received == s.emitted + s.dropped and s.buffered == 0
     assert stats.emitted == sum(1 for e in probe.items if e.kind != CTI)
     assert stats.late.records == stats.dropped
+
+
+def test_remove_racing_an_arriving_event_never_strands_it():
+    """remove() on one thread while the input's on_next runs on another: each event is merged
+    before the leave or counted as discarded, never queued behind the leave marker where the
+    completed union would leave it buffered forever (seeded; 300 races)."""
+
+    def endless():
+        t = 0
+        while True:
+            t += 1
+            yield Event.point(t)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for seed in range(300):
+            rng = random.Random(seed)
+            union = Union(goldilocks(5), prefetch=rng.choice((1, 4, 16)), max_buffered=64)
+            probe = Probe(MAX_DEMAND)
+            union.subscribe(probe)
+            handles = [union.add(from_iterable(endless(), executor=pool), name=f"d{i}")
+                       for i in range(2)]
+            wanted = rng.randrange(1, 50)
+            probe.wait(lambda p: len(p.items) > wanted)
+            for h in handles:
+                h.remove()
+            union.close()
+            probe.wait(lambda p: p.terminated)
+            assert probe.completed == 1
+            for s in union.stats().inputs:
+                assert s.state == REMOVED, (seed, s)
+                assert s.received == s.emitted + s.dropped and s.buffered == 0, (seed, s)
 
 
 def test_late_output_is_bounded_and_counts_overflow():
