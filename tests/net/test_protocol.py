@@ -159,3 +159,65 @@ def test_fuzz_only_protocol_errors_escape_the_decoder(data, with_source):
             decode_events(frame.events, "dev", stream=frame.stream, with_source=with_source)
     except ProtocolError as err:
         assert err.code in ("malformed", "oversized") and str(err)
+
+
+_edge_times = st.sampled_from([-(2**63), -(2**63) + 1, -1, 0, 1, 2**63 - 2, 2**63 - 1])
+_times = st.integers(min_value=-(2**63), max_value=2**63 - 1) | _edge_times
+
+
+@st.composite
+def _valid_row(draw):
+    kind = draw(st.sampled_from(["point", "interval", "cti"]))
+    start = draw(_times)
+    if kind == "point":
+        end = draw(st.sampled_from([None, start + 1]))
+    elif kind == "interval":
+        end = draw(st.integers(min_value=start + 1, max_value=min(start + 10, 2**63 - 1))
+                   if start < 2**63 - 1 else st.just(start + 1))
+    else:
+        end = None
+    return [kind, start, end, draw(_json)]
+
+
+_misses = [
+    lambda r: r[:3], lambda r: r + ["src"], tuple, lambda r: "x",
+    lambda r: ["Point", *r[1:]], lambda r: [1, *r[1:]], lambda r: [[r[0]], *r[1:]],
+    lambda r: [r[0], float(r[1]), *r[2:]], lambda r: [r[0], True, *r[2:]],
+    lambda r: [r[0], 2**63, *r[2:]], lambda r: [r[0], -(2**63) - 1, *r[2:]],
+    lambda r: [r[0], str(r[1]), *r[2:]], lambda r: [r[0], None, *r[2:]],
+    lambda r: [*r[:2], r[1], r[3]], lambda r: [*r[:2], r[1] + 2, r[3]],
+    lambda r: [*r[:2], r[1] - 1, r[3]], lambda r: [*r[:2], 2**63, r[3]],
+    lambda r: [*r[:2], True, r[3]], lambda r: [*r[:2], float(r[1] + 1), r[3]],
+    lambda r: [*r[:2], None, r[3]], lambda r: [*r[:2], r[1] + 1, r[3]],
+]
+
+
+@st.composite
+def _rows(draw):
+    """Valid rows of every kind (times at the edges of int64 included), and in some frames
+    one near miss: a wrong length or type, a kind that is not one, a start or an end one off
+    or out of range, an end the kind may not take (some of these misses are valid rows)."""
+    rows = draw(st.lists(_valid_row(), min_size=1, max_size=6))
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(rows) - 1))
+        rows[at] = draw(st.sampled_from(_misses))(rows[at])
+    return rows
+
+
+@settings(max_examples=600, deadline=None)
+@given(_rows())
+def test_the_fast_device_decoder_agrees_with_the_checked_one(rows):
+    """The hot path accepts exactly what the checked path accepts, with the same events."""
+    from operators.net.protocol import _decode_checked
+
+    try:
+        expected = [(e.kind, e.start, e.end, e.payload, e.source)
+                    for e in _decode_checked(rows, "dev", 3, False)]
+    except ProtocolError as err:
+        expected = err.code
+    try:
+        got = [(e.kind, e.start, e.end, e.payload, e.source)
+               for e in decode_events(rows, "dev", stream=3)]
+    except ProtocolError as err:
+        got = err.code
+    assert got == expected
