@@ -26,6 +26,7 @@ __all__ = [
     "Policy",
     "Outputs",
     "resolve_policy",
+    "step_many",
     "policy_names",
     "EMIT",
     "EMIT_ADJUSTED",
@@ -62,6 +63,11 @@ class Policy(Protocol):
 
     def leave(self, state: Any, source: str) -> tuple[Any, Outputs]: ...
 
+    # Optional: ``step_many(state, events) -> (state, emitted, late)`` runs ``step`` over
+    # consecutive arrivals in one call: ``emitted`` lists every Event the steps output, in
+    # order, ``late`` every LateRecord. It must decide exactly as ``step`` does event by event;
+    # ``step_many`` (the function below) falls back to that loop for policies without one.
+    #
     # Optional: ``run_columns(is_cti, start, end, state=None) -> (action, cti, state) | None``
     # runs the policy over numpy columns of consecutive arrivals (inserts and CTIs only).
     # ``state`` is the same frozen state ``step`` uses, ``None`` meaning ``initial()``; the
@@ -70,6 +76,22 @@ class Policy(Protocol):
     # ``action`` is int8 per row (the codes above); ``cti`` is int64 per row, the CTI in force
     # after that row (``MIN_TIME`` while none was ever emitted). ``None`` means "this policy
     # has no columnar form" (its decisions depend on the source or on join/leave).
+
+
+def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list]:
+    """``policy.step_many`` if the policy has one, else ``step`` event by event, sorted into
+    ``(state, emitted events, late records)``."""
+    fast = getattr(policy, "step_many", None)
+    if fast is not None:
+        return fast(state, events)
+    step = policy.step
+    emitted: list[Event] = []
+    late: list[LateRecord] = []
+    for event in events:
+        state, outputs = step(state, event)
+        for out in outputs:
+            (emitted if out.__class__ is Event else late).append(out)
+    return state, emitted, late
 
 
 def policy_names() -> list[str]:

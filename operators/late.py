@@ -79,6 +79,24 @@ class LateOutput:
         if subscription is not None:
             subscription.signal()
 
+    def push_many(self, records: list[LateRecord]) -> None:
+        """Add records in order under one lock and one wake-up (the union's batch path); what
+        does not fit is counted in ``overflow``, as with ``push``."""
+        if not records:
+            return
+        with self._lock:
+            self._records += len(records)
+            room = self.capacity - len(self._buffer)
+            if room < len(records):
+                self._overflow += len(records) - max(room, 0)
+                records = records[:max(room, 0)]
+            self._buffer.extend(records)
+            if len(self._buffer) > self._peak:
+                self._peak = len(self._buffer)
+            subscription = self._subscription
+        if subscription is not None and records:
+            subscription.signal()
+
     def complete(self) -> None:
         with self._lock:
             self._completed = True

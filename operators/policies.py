@@ -31,6 +31,7 @@ comparisons and returns the state it was given); O(k) for a CTI, join or leave u
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,48 @@ class GoldilocksPolicy:
         if high is None or d > high:  # TS §2.1: only a CTI that advances time is emitted
             return HighState(d), (Event(CTI, d, None, None, None),)
         return state, _NONE
+
+    def step_many(self, state: HighState, events: Sequence[Event],
+                  ) -> tuple[HighState, list[Event], list[LateRecord]]:
+        """``step`` over consecutive arrivals, in one loop: ``(state, emitted, late)``.
+
+        ``emitted`` is every ``Event`` the steps would output, in order; ``late`` every
+        ``LateRecord``, in order. The same decisions as ``step`` event by event (a property
+        test holds them equal); the union's batch path runs it once per batch of arrivals.
+        """
+        delay = self.delay
+        adjust = self._adjust
+        emitted: list[Event] = []
+        emit = emitted.append
+        late: list[LateRecord] = []
+        arrivals = iter(events)
+        high = state.high
+        if high is None:  # until the first CTI every insert is on time
+            for e in arrivals:
+                if e.kind == CTI:
+                    d = e.start - delay
+                    high = d if d > MIN_TIME else MIN_TIME  # TS §2.2
+                    emit(Event(CTI, high, None, None, None))
+                    break
+                emit(e)
+            else:
+                return state, emitted, late
+        for e in arrivals:
+            if e.kind != CTI:
+                if e.start >= high:  # TS §2.4
+                    emit(e)
+                elif adjust and e.end > high:  # TS §3.2
+                    clipped = Event(e.kind, high, e.end, e.payload, e.source)
+                    emit(clipped)
+                    late.append(LateRecord(e.source, e, high, ADJUSTED, clipped))
+                else:  # TS §3.1
+                    late.append(LateRecord(e.source, e, high, DROPPED))
+            else:
+                d = e.start - delay
+                if d > high:  # TS §2.1; high >= MIN_TIME, so d needs no clamping here
+                    high = d
+                    emit(Event(CTI, d, None, None, None))
+        return (state if high == state.high else HighState(high)), emitted, late
 
     def join(self, state: HighState, source: str) -> tuple[HighState, tuple]:
         return state, _NONE

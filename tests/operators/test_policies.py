@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from engine.errors import InputError
 from engine.event import CTI, Event, LateRecord
 from engine.policy import Policy, resolve_policy
+from engine.policy import step_many as engine_step_many
 from engine.times import MAX_TIME, MIN_TIME
 from operators.policies import (
     GoldilocksPolicy,
@@ -360,3 +361,42 @@ def test_min_never_emits_a_cti_above_a_live_input(arrivals, on_late):
             if isinstance(e, Event) and e.kind == CTI:
                 assert all(e.start <= latest for _, latest in s.ctis)
         assert s.live == frozenset(name for name, _ in s.ctis)
+
+
+# -- the batch step ----------------------------------------------------------------------------
+
+def _step_by_step(policy, state, events):
+    emitted, late = [], []
+    for e in events:
+        state, outputs = policy.step(state, e)
+        for out in outputs:
+            (emitted if isinstance(out, Event) else late).append(out)
+    return state, emitted, late
+
+
+@settings(max_examples=1000, deadline=None)
+@given(arrivals_strategy(), delays, on_lates, st.data())
+def test_step_many_decides_exactly_as_step_over_any_split(arrivals, delay, on_late, data):
+    """The union's batch path runs ``step_many`` over whatever batches arrivals come in: any
+    split of any arrival sequence, from any state, must give step's outputs and state."""
+    for policy in (goldilocks(delay, on_late=on_late), max_policy(on_late=on_late),
+                   min_policy(on_late=on_late)):
+        cut = data.draw(st.integers(0, len(arrivals)), label="prefix run by step")
+        state, _, _ = _step_by_step(policy, policy.initial(), arrivals[:cut])
+        expected = _step_by_step(policy, state, arrivals[cut:])
+        emitted, late = [], []
+        rest = arrivals[cut:]
+        while rest:
+            k = data.draw(st.integers(1, len(rest)), label="batch size")
+            state, e, l = engine_step_many(policy, state, rest[:k])
+            emitted += e
+            late += l
+            rest = rest[k:]
+        assert (state, emitted, late) == expected, policy
+
+
+def test_step_many_without_events_returns_the_state_it_was_given():
+    p = goldilocks(5)
+    s = p.step(p.initial(), Event.cti(100))[0]
+    assert p.step_many(s, []) == (s, [], [])
+    assert p.step_many(p.initial(), []) == (p.initial(), [], [])
