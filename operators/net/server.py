@@ -17,8 +17,9 @@ by the slowest member, with remote subscribers (``subscribe`` streams, paced by 
 ``request`` frames) and local ones (an optional ``RollingFileSink``, ``Server.subscribe``).
 With no member, the output is counted and let go, so the union keeps merging (it is live).
 
-Everything runs on one asyncio loop; the union's merge runs on it too (``LoopExecutor``), so
-one ``next`` frame's batch is merged in one drain turn.
+Everything runs on one asyncio loop; the union's merge runs on it too (``LoopExecutor``). A
+``next`` frame's events reach the union as one batch (``Emitter.try_send_many``: one lock, one
+wake of the merge) and are merged in one drain turn.
 
 Bounds (all in ``stats()``): ``max_connections``; ``max_streams`` active per connection;
 ``max_frame`` bytes per frame; per-input credit (the union's ``prefetch``) and the union's
@@ -73,7 +74,7 @@ from operators.net.transport import (
     Transport,
     WebSocketTransport,
 )
-from operators.union import Union, UnionStats
+from operators.union import Emitter, Union, UnionStats
 
 __all__ = ["Server", "ServerStats", "ConnectionStats", "load_tokens"]
 
@@ -151,8 +152,8 @@ class _DeviceStream:
     the union's input holds on it. Runs on the server's loop; ``request``/``cancel`` may be
     called from any thread and hop onto it."""
 
-    __slots__ = ("conn", "id", "device", "subscriber", "handle", "granted", "received",
-                 "refused", "state")
+    __slots__ = ("conn", "id", "device", "subscriber", "handle", "arrivals", "granted",
+                 "received", "refused", "state")
 
     kind = "publish"
 
@@ -162,6 +163,7 @@ class _DeviceStream:
         self.device = device
         self.subscriber: Any = None
         self.handle: Any = None
+        self.arrivals: Emitter | None = None  # the input's batch path (see on_next_frame)
         self.granted = 0     # credit sent to the device in all (RS §3.8)
         self.received = 0    # events accepted from the device
         self.refused = 0
@@ -233,10 +235,18 @@ class _DeviceStream:
             self.conn.refused += count
             raise
         self.received += count
-        self.conn.events_in += count
-        on_next = self.subscriber.on_next
-        for event in events:
-            on_next(event)
+        # One frame, one arrival batch: the union queues the whole frame under one lock and
+        # wakes its merge once, where on_next per event would take both per event. The credit
+        # checked above is the union's own (``granted`` is what it requested of this input),
+        # so the batch fits whole; anything not taken is counted, never silently lost.
+        try:
+            sent = self.arrivals.try_send_many(events)  # type: ignore[union-attr]
+        except ClosedError:
+            sent = 0  # the input left meanwhile (RS §2.8): counted, not merged
+        self.conn.events_in += sent
+        if sent < count:
+            self.refused += count - sent
+            self.conn.refused += count - sent
 
     def on_complete_frame(self) -> None:
         if self.state == OPEN:
@@ -712,6 +722,10 @@ class _Connection:
         self.streams[sid] = stream
         try:
             stream.handle = server.union.add(_DevicePublisher(stream), name=frame.device)
+            # Credit flows through the publisher's subscription (the union's request(n) goes
+            # out as request frames); arrivals take the union's batch path on the same input.
+            # The union offers no public accessor for it yet, hence the input reached directly.
+            stream.arrivals = Emitter(stream.handle._input)
         except (InputError, ClosedError) as err:
             del self.streams[sid]
             stream.state = FAILED
