@@ -34,13 +34,15 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import Sequence
+from itertools import islice
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from engine.contracts import MAX_DEMAND
 from engine.errors import ClosedError, InputError
 from engine.event import ADJUSTED, CTI, Event
 from engine.executors import INLINE, as_executor
-from engine.policy import Policy
+from engine.policy import Policy, step_many
 from engine.sources import failed
 from engine.subscription import SubscriptionBase, check_subscriber, refuse_subscription
 from engine.times import MAX_TIME
@@ -48,7 +50,7 @@ from engine.violations import report_violation
 
 from operators.late import LateOutput, LateStats
 
-__all__ = ["Union", "InputHandle", "Emitter", "InputStats", "UnionStats",
+__all__ = ["Union", "InputHandle", "Emitter", "InputStats", "UnionStats", "UnionBatches",
            "ACTIVE", "COMPLETED", "FAILED", "REMOVED"]
 
 ACTIVE = "active"
@@ -58,6 +60,28 @@ REMOVED = "removed"
 
 _JOIN = object()   # arrival markers: the policy sees joins and leaves in arrival order
 _LEAVE = object()
+
+_KIND = attrgetter("kind")
+_SOURCE = attrgetter("source")
+_INPUT_NAME = attrgetter("_input.name")
+
+
+class _Batch:
+    """Arrivals queued as one item (``try_send_many``, ``feed``): ``events`` in arrival order,
+    each already stamped with its input's name; ``counts``: ``(input, n)`` for every input in
+    it; ``by_name``: those inputs by name (unique within a batch: a name is only reused after
+    its input's leave marker, and a batch never straddles one)."""
+
+    __slots__ = ("events", "counts", "by_name")
+
+    def __init__(self, events: Sequence[Event], counts: list[tuple[_Input, int]]) -> None:
+        self.events = events
+        self.counts = counts
+        self.by_name = {inp.name: inp for inp, _ in counts}
+
+
+class _PolicyFailed(Exception):
+    """The policy raised while merging: a bug in it, not in the subscriber (RS §1.4)."""
 
 
 class InputStats(NamedTuple):
@@ -181,6 +205,24 @@ class _Input:
             return Event(event.kind, event.start, event.end, event.payload, self.name)
         return event
 
+    def accept_many(self, events: Sequence[Event], who: str) -> Sequence[Event]:
+        """``accept`` for a batch whose credit the caller checked, under ``gate``: one check of
+        classes and names when, as usual, they are right (then ``events`` itself is queued);
+        otherwise every event is checked before any is counted, so a bad one refuses the batch
+        whole."""
+        if set(map(type, events)) == {Event} and set(map(_SOURCE, events)) == {self.name}:
+            received = self.received = self.received + len(events)
+            if received - self.processed > self.peak:
+                self.peak = received - self.processed
+            return events
+        for i, event in enumerate(events):
+            if event.__class__ is not Event:
+                if event is None:
+                    raise TypeError(f"{who}() requires events, got None at position {i}")
+                raise TypeError(f"union input {self.name!r} sent {type(event).__name__} "
+                                f"{event!r} at position {i}; expected an engine.Event")
+        return [self.accept(e) for e in events]
+
     def on_error(self, error: BaseException) -> None:
         if error is None:
             raise TypeError("RS §2.13: on_error() requires an exception, got None")
@@ -282,24 +324,22 @@ class Emitter(InputHandle):
         return True
 
     def try_send_many(self, events: Sequence[Event]) -> int:
-        """Send the longest prefix of ``events`` that credit allows, with one wake-up of the
-        merge; return how many were sent (the batch path for high-rate producers)."""
+        """Send the longest prefix of ``events`` that credit allows as one batch: one queue
+        item, one wake-up of the merge, the policy run over it in one loop. Returns how many
+        were sent (the batch path for high-rate producers)."""
         self._check_open()
         inp = self._input
         room = inp.requested - inp.received
-        if room <= 0:
+        if room <= 0 or not events:
             return 0
         batch = events if len(events) <= room else events[:room]
-        accept = inp.accept
-        queue = inp.union._queue
-        with inp.gate:
+        union = inp.union
+        with inp.gate:  # see _Input.gate
             if inp.left:  # removed meanwhile: refused as a whole, as _check_open would
                 self._check_open()
-            for event in batch:
-                if event is None:
-                    raise TypeError("try_send_many() requires events, got None")
-                queue.append((inp, accept(event)))
-        inp.union._wake()
+            batch = inp.accept_many(batch, "try_send_many")
+            union._queue.append((inp, _Batch(batch, [(inp, len(batch))])))
+        union._wake()
         return len(batch)
 
     async def send(self, event: Event) -> None:
@@ -353,36 +393,29 @@ class Emitter(InputHandle):
 
 
 class _Output(SubscriptionBase):
-    """The union's output subscription: its drain loop is the merge (see module docstring)."""
+    """The union's output subscription: its drain loop is the merge (see module docstring).
+    ``max_batch`` 0: one event per element; otherwise lists of up to that many."""
 
-    __slots__ = ("_union",)
+    __slots__ = ("_union", "_max_batch")
 
-    def __init__(self, subscriber: Any, union: Union) -> None:
+    def __init__(self, subscriber: Any, union: Union, max_batch: int = 0) -> None:
         super().__init__(subscriber, union._executor)
         self._union = union
+        self._max_batch = max_batch
 
     def _emit(self, subscriber: Any, limit: int) -> int:
+        if self._max_batch:
+            return self._union._merge_batches(self, subscriber, limit)
         return self._union._merge(self, subscriber, limit)
 
     def _drained(self) -> bool:
         union = self._union
         if not union._pending and union._queue:
-            # Settle without demand: joins, leaves, suppressed CTIs and late events produce no
-            # element, so they must not wait for a request; stop at the first element (RS §1.1).
-            union._merge(self, _PendingSink(union._pending), 1)
+            union._settle(self)
         return union._finished_merging()
 
     def _on_finish(self, cancelled: bool) -> None:
         self._union._detach(self, cancelled)
-
-
-class _PendingSink:
-    """Stands in for the subscriber while settling: elements wait in the union's pending queue."""
-
-    __slots__ = ("on_next",)
-
-    def __init__(self, pending: deque[Event]) -> None:
-        self.on_next = pending.append
 
 
 class Union:
@@ -430,6 +463,7 @@ class Union:
         self._peak = 0
         self._rotate = 0
         self._starved = False  # some input waits for credit the total bound withheld
+        self._low = False      # set by the merge: some input's credit reached its low water
 
     # ================================================================ inputs
     def add(self, publisher: Any, *, name: str | None = None,
@@ -471,41 +505,85 @@ class Union:
         """Send recorded arrivals ``(emitter, event)`` in their order, as credit allows.
 
         The batch path behind replaying a recording through a live union: the same as calling
-        ``try_send`` on each in turn, but the merge is woken once per ``chunk``. Returns how
+        ``try_send`` on each in turn, but up to ``chunk`` arrivals go into the merge as one
+        batch (one queue item, one wake-up, the policy run over it in one loop). Returns how
         many were sent: the first arrival without credit (after merging what was sent) stops
         the feed, and the caller resumes from there.
         """
-        queue = self._queue
-        sent = pending = 0
-        for emitter, event in arrivals:
+        if chunk <= 0:
+            raise ValueError(f"{self.name}.feed(): chunk must be > 0, got {chunk}")
+        arrivals = iter(arrivals)
+        sent = 0
+        while True:
+            block = list(islice(arrivals, chunk))
+            if not block:
+                return sent
+            n = self._feed_block(block)
+            sent += n
+            if n < len(block):
+                return sent
+
+    def _feed_block(self, block: list[tuple[Emitter, Event]]) -> int:
+        """One batch if every input in ``block`` has the credit for it and every event is an
+        ``Event`` already named after its input; otherwise halves, then arrival by arrival."""
+        emitters, events = zip(*block)
+        counts = []
+        for emitter in set(emitters):
+            inp = getattr(emitter, "_input", None)
+            if inp is None or inp.union is not self:
+                raise InputError(f"{self.name}.feed(): {emitter!r} is not an input of "
+                                 f"this union")
+            counts.append((inp, emitters.count(emitter)))
+        fits = all(inp.requested - inp.received >= n for inp, n in counts)
+        if not fits and len(block) > 16:
+            half = len(block) // 2
+            sent = self._feed_block(block[:half])
+            if sent < half:
+                return sent
+            return sent + self._feed_block(block[half:])
+        if (not fits or set(map(type, events)) != {Event}
+                or list(map(_SOURCE, events)) != list(map(_INPUT_NAME, emitters))):
+            return self._feed_each(block)
+        counts.sort(key=lambda pair: id(pair[0]))  # one lock order for every feeder
+        gates = [inp.gate for inp, _ in counts]
+        for gate in gates:
+            gate.acquire()
+        try:
+            if any(inp.left for inp, _ in counts):
+                return self._feed_each(block, locked=True)
+            for inp, n in counts:
+                received = inp.received = inp.received + n
+                if received - inp.processed > inp.peak:
+                    inp.peak = received - inp.processed
+            self._queue.append((None, _Batch(events, counts)))
+        finally:
+            for gate in gates:
+                gate.release()
+        self._wake()
+        return len(block)
+
+    def _feed_each(self, block: list[tuple[Emitter, Event]], locked: bool = False) -> int:
+        """``feed`` arrival by arrival: stamps names, stops at the first without credit, and
+        raises ClosedError at the first whose input has left (checked under its gate)."""
+        if locked:  # called with the gates held: the closed input is named before any is sent
+            for emitter, _ in block:
+                if emitter._input.left:
+                    emitter._check_open()  # raises: nothing of the block is sent
+        sent = 0
+        for emitter, event in block:
             inp = emitter._input
-            if inp.union is not self:
-                raise InputError(f"{self.name}.feed(): {emitter!r} belongs to another union")
             if event is None:
                 raise TypeError(f"{self.name}.feed(): arrival {sent} has no event")
             if inp.requested - inp.received <= 0:
-                if pending:
-                    pending = 0
-                    self._wake()  # merge what was sent; credit may come back
+                self._wake()  # merge what was sent; credit may come back
                 if inp.requested - inp.received <= 0:
-                    break
+                    return sent
             with inp.gate:  # see _Input.gate: never queued after the input's leave marker
                 if inp.left:
                     emitter._check_open()
-                if event.__class__ is Event and event.source == inp.name:
-                    received = inp.received = inp.received + 1  # accept(), inlined
-                    if received - inp.processed > inp.peak:
-                        inp.peak = received - inp.processed
-                else:
-                    event = inp.accept(event)
-                queue.append((inp, event))
+                self._queue.append((inp, inp.accept(event)))
             sent += 1
-            pending += 1
-            if pending >= chunk:
-                pending = 0
-                self._wake()
-        if pending:
-            self._wake()
+        self._wake()
         return sent
 
     def _leave(self, inp: _Input, state: str, error: BaseException | None) -> None:
@@ -573,11 +651,29 @@ class Union:
 
     # ================================================================ output
     def subscribe(self, subscriber: Any) -> None:
+        """The merged stream, one event per element (one subscriber at a time)."""
+        self._subscribe(subscriber, 0)
+
+    def batches(self, max_batch: int = 1024) -> UnionBatches:
+        """The same merged stream as a publisher of lists of up to ``max_batch`` events.
+
+        Demand counts lists (RS §3.9 applies to them), so a subscriber bounds what it holds
+        to ``n × max_batch`` events. Events are the same, in the same order, as ``subscribe``
+        would deliver; a list is handed over whole and never touched again. The per-element
+        cost of delivery (one ``on_next``, one demand check) is paid once per list: the path
+        for consumers that process events in bulk (files, columns, the network).
+        """
+        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch <= 0:
+            raise ValueError(f"{self.name}.batches(): max_batch must be a positive int, "
+                             f"got {max_batch!r}")
+        return UnionBatches(self, max_batch)
+
+    def _subscribe(self, subscriber: Any, max_batch: int) -> None:
         check_subscriber(subscriber)  # RS §1.9
         with self._lock:
             busy = self._output is not None
             if not busy:
-                output = self._output = _Output(subscriber, self)
+                output = self._output = _Output(subscriber, self, max_batch)
                 if self._error is not None:
                     output._error = self._error
         if busy:
@@ -614,82 +710,222 @@ class Union:
         state = self._state
         on_next = subscriber.on_next
         count = 0
-        low = False  # an input's credit fell to its low-water mark: replenish after the loop
+        self._low = False  # an input's credit fell to its low-water mark: replenish after
         try:
             # RS §3.12: a cancel from inside on_next stops the loop; what was not delivered
             # stays queued for the next subscriber (the union is hot)
             while count < limit and not output._cancelled:
                 if pending:
-                    item = pending.popleft()
-                    on_next(item)
+                    on_next(pending.popleft())
                     count += 1
                     continue
                 if not queue:
                     break
                 inp, item = queue.popleft()
-                if item.__class__ is Event:
+                if item.__class__ is Event and item.kind != CTI:  # the hot path, inlined
                     processed = inp.processed = inp.processed + 1
                     if inp.requested - processed == inp.low_water:
-                        low = True
+                        self._low = True
                     try:
                         state, outputs = step(state, item)
                     except Exception as err:
-                        return self._policy_failed(output, state, err, count)
-                    if len(outputs) == 1 and outputs[0] is item and item.kind != CTI:
-                        # an on-time insert, passed on as it came
+                        raise _PolicyFailed() from err
+                    if len(outputs) == 1 and outputs[0] is item:  # on time, passed on as is
                         inp.emitted += 1
-                        if count < limit:
-                            on_next(item)
-                            count += 1
-                        else:
-                            pending.append(item)
-                        continue
-                    if item.kind == CTI:
-                        inp.last_cti = item.start
-                        inp.ctis += 1  # TS §3.4: not an insert; counted apart
-                else:
-                    try:
-                        state, outputs = self._marker(inp, item, state)
-                    except Exception as err:
-                        return self._policy_failed(output, state, err, count)
-                    low = True
-                for out in outputs:
-                    if out.__class__ is Event:
-                        if out.kind == CTI:
-                            self._output_cti = out.start
-                            self._ctis += 1
-                        else:
-                            inp.emitted += 1
-                        if count < limit and not output._cancelled:  # RS §3.12
-                            on_next(out)
-                            count += 1
-                        else:
-                            pending.append(out)
+                        on_next(item)
+                        count += 1
                     else:
-                        if out.action == ADJUSTED:
-                            inp.adjusted += 1
-                        else:
-                            inp.dropped += 1
-                        self.late.push(out)  # TS §3.3: every late event leaves a record
+                        self._sort(inp, outputs, pending)
+                else:
+                    state = self._step_item(inp, item, state, pending)
+        except _PolicyFailed as failure:
+            return self._policy_failed(output, state, failure.__cause__, count)
         except Exception as err:  # only on_next can get here: the subscriber broke RS §2.13
             self._state = state
             output._subscriber_failed("on_next", err)
             return count
         self._state = state
-        if low or self._starved:
+        if self._low or self._starved:
             self._grant()  # credit returns as arrivals leave, emitted or not (TS §4.4)
         if count < limit and self._final_due():
-            self._final_sent = True
-            cti = Event(CTI, MAX_TIME, None, None, None)
-            self._output_cti = MAX_TIME
-            self._ctis += 1
             try:
-                on_next(cti)
+                on_next(self._final())
             except Exception as err:
                 output._subscriber_failed("on_next", err)
                 return count
             count += 1
         return count
+
+    def _merge_batches(self, output: _Output, subscriber: Any, limit: int) -> int:
+        """``_merge`` for a batch subscriber (``batches()``): each element is a list of up to
+        ``max_batch`` events. Arrivals are merged until a batch is full or none is left, so
+        batches are as full as what has arrived allows."""
+        queue = self._queue
+        pending = self._pending
+        max_batch = output._max_batch
+        state = self._state
+        on_next = subscriber.on_next
+        count = 0
+        self._low = False
+        buf: list[Event] = list(pending)
+        pending.clear()
+        try:
+            while count < limit and not output._cancelled:  # RS §3.12, as in _merge
+                while len(buf) < max_batch and queue:
+                    inp, item = queue.popleft()
+                    if item.__class__ is _Batch:
+                        state, emitted = self._step_batch(item, state)
+                        if buf:
+                            buf.extend(emitted)
+                        else:
+                            buf = emitted
+                    else:
+                        state = self._step_item(inp, item, state, buf)
+                if not buf:
+                    break
+                if len(buf) <= max_batch:
+                    batch, buf = buf, []
+                else:
+                    batch, buf = buf[:max_batch], buf[max_batch:]
+                on_next(batch)  # the list is the subscriber's from here: never touched again
+                count += 1
+        except _PolicyFailed as failure:
+            pending.extend(buf)
+            return self._policy_failed(output, state, failure.__cause__, count)
+        except Exception as err:  # only on_next can get here: the subscriber broke RS §2.13
+            self._state = state
+            output._subscriber_failed("on_next", err)
+            return count
+        pending.extend(buf)
+        self._state = state
+        if self._low or self._starved:
+            self._grant()  # TS §4.4
+        if count < limit and self._final_due():
+            try:
+                on_next([self._final()])
+            except Exception as err:
+                output._subscriber_failed("on_next", err)
+                return count
+            count += 1
+        return count
+
+    def _settle(self, output: _Output) -> None:
+        """Merge without demand: joins, leaves, suppressed CTIs and late events produce no
+        element, so they must not wait for a request. Stops as soon as an element is due;
+        it waits in ``_pending`` for demand (RS §1.1)."""
+        queue = self._queue
+        pending = self._pending
+        state = self._state
+        self._low = False
+        try:
+            while not pending and queue:
+                inp, item = queue.popleft()
+                state = self._step_item(inp, item, state, pending)
+        except _PolicyFailed as failure:
+            self._policy_failed(output, state, failure.__cause__, 0)
+            return
+        self._state = state
+        if self._low or self._starved:
+            self._grant()  # TS §4.4
+        if not pending and self._final_due():
+            pending.append(self._final())
+
+    def _step_item(self, inp: _Input | None, item: Any, state: Any, out: Any) -> Any:
+        """Merge one queued arrival (event, batch, join or leave): accounting, late records to
+        the side output, emitted events appended to ``out``. Returns the new state."""
+        cls = item.__class__
+        if cls is Event:
+            processed = inp.processed = inp.processed + 1
+            if inp.requested - processed == inp.low_water:
+                self._low = True
+            try:
+                state, outputs = self.policy.step(state, item)
+            except Exception as err:
+                raise _PolicyFailed() from err
+            if item.kind == CTI:
+                inp.last_cti = item.start
+                inp.ctis += 1  # TS §3.4: not an insert; counted apart
+        elif cls is _Batch:
+            state, emitted = self._step_batch(item, state)
+            out.extend(emitted)
+            return state
+        else:
+            try:
+                state, outputs = self._marker(inp, item, state)
+            except Exception as err:
+                raise _PolicyFailed() from err
+            self._low = True
+        self._sort(inp, outputs, out)
+        return state
+
+    def _sort(self, inp: _Input, outputs: tuple, out: Any) -> None:
+        """One step's outputs: events counted and appended to ``out``, late records counted
+        and sent to the side output (TS §3.3: every late event leaves a record)."""
+        for o in outputs:
+            if o.__class__ is Event:
+                if o.kind == CTI:
+                    self._output_cti = o.start
+                    self._ctis += 1
+                else:
+                    inp.emitted += 1
+                out.append(o)
+            else:
+                if o.action == ADJUSTED:
+                    inp.adjusted += 1
+                else:
+                    inp.dropped += 1
+                self.late.push(o)
+
+    def _step_batch(self, batch: _Batch, state: Any) -> tuple[Any, list[Event]]:
+        """Merge a batch: the policy over all of it in one call (``step_many``), then the
+        same accounting ``_step_item`` keeps event by event, per input, in bulk."""
+        events = batch.events
+        try:
+            state, emitted, late = step_many(self.policy, state, events)
+        except Exception as err:
+            raise _PolicyFailed() from err
+        by_name = batch.by_name
+        inserts = {}
+        for inp, n in batch.counts:
+            held = inp.requested - inp.processed
+            inp.processed += n
+            if held > inp.low_water >= held - n:
+                self._low = True
+            inserts[inp] = n
+        kinds = list(map(_KIND, events))
+        ctis = kinds.count(CTI)
+        if ctis:  # arrived CTIs: per input count and latest (TS §3.4)
+            i = -1
+            for _ in range(ctis):
+                i = kinds.index(CTI, i + 1)
+                e = events[i]
+                inp = by_name[e.source]
+                inp.last_cti = e.start
+                inp.ctis += 1
+                inserts[inp] -= 1
+        for r in late:
+            inp = by_name[r.input]
+            if r.action == ADJUSTED:
+                inp.adjusted += 1  # the clipped copy is emitted: counted below
+            else:
+                inp.dropped += 1
+                inserts[inp] -= 1
+        for inp, n in inserts.items():
+            inp.emitted += n  # TS §3.4: each insert is emitted (maybe clipped) or dropped
+        if late:
+            self.late.push_many(late)
+        kinds = list(map(_KIND, emitted))
+        out_ctis = kinds.count(CTI)
+        if out_ctis:
+            self._ctis += out_ctis
+            self._output_cti = emitted[len(kinds) - 1 - kinds[::-1].index(CTI)].start
+        return state, emitted
+
+    def _final(self) -> Event:
+        self._final_sent = True
+        self._output_cti = MAX_TIME
+        self._ctis += 1
+        return Event(CTI, MAX_TIME, None, None, None)
 
     def _policy_failed(self, output: _Output, state: Any, error: BaseException,
                        count: int) -> int:
@@ -772,6 +1008,23 @@ class Union:
 
     def __repr__(self) -> str:
         return f"Union({self.policy!r}, inputs={len(self._inputs)})"
+
+
+class UnionBatches:
+    """A union's output in lists of up to ``max_batch`` events: ``Union.batches()``. It is
+    the union's one output, as ``subscribe`` is (one subscriber at a time, hot)."""
+
+    __slots__ = ("union", "max_batch")
+
+    def __init__(self, union: Union, max_batch: int) -> None:
+        self.union = union
+        self.max_batch = max_batch
+
+    def subscribe(self, subscriber: Any) -> None:
+        self.union._subscribe(subscriber, self.max_batch)
+
+    def __repr__(self) -> str:
+        return f"{self.union!r}.batches({self.max_batch})"
 
 
 _ = MAX_DEMAND

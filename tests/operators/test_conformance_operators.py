@@ -83,6 +83,37 @@ class TestUnionOutputOfTwoInputs(TestUnionOutput):
         return union
 
 
+class TestUnionBatchesOfOne(TestUnionOutput):
+    """``Union.batches(1)``: every element a list of one event, from a lazy source."""
+
+    def create_publisher(self, elements):
+        return TestUnionOutput.create_publisher(self, elements).batches(1)
+
+    def create_failed_publisher(self):
+        return TestUnionOutput.create_failed_publisher(self).batches(1)
+
+
+class TestUnionBatches(TestUnionOutput):
+    """``Union.batches(3)`` over arrivals queued as batches of three (``try_send_many``)
+    before anyone subscribes: each queued batch comes out as one list."""
+
+    max_elements = 1000  # every event is sent up front
+
+    def create_publisher(self, elements):
+        union = Union(goldilocks(DELAY), prefetch=3 * elements + 1,
+                      max_buffered=3 * elements + 1)
+        emitter = union.open_input("a")
+        events = list(on_time(3 * elements))
+        for i in range(0, len(events), 3):
+            assert emitter.try_send_many(events[i:i + 3]) == 3
+        emitter.complete()
+        union.close()
+        return union.batches(3)
+
+    def create_failed_publisher(self):
+        return TestUnionOutput.create_failed_publisher(self).batches(3)
+
+
 # ------------------------------------------------------------------------------ cti_sync
 class TestCtiSyncStage(PublisherVerification):
     def create_publisher(self, elements):

@@ -243,6 +243,132 @@ def test_emitters_match_the_reference_on_any_arrival_order(policy, on_late, ops,
         assert s.state != ACTIVE
 
 
+class BatchProbe(Probe):
+    """A ``Probe`` on ``Union.batches()``: demand counts lists; ``items`` is their events."""
+
+    def __init__(self, initial: int = 0, max_batch: int = 1) -> None:
+        super().__init__(initial)
+        self.max_batch = max_batch
+        self.batches: list[list] = []
+        self.bad_batches = 0
+
+    def on_next(self, batch) -> None:
+        with self.cond:
+            if not isinstance(batch, list) or not 0 < len(batch) <= self.max_batch:
+                self.bad_batches += 1
+            self.batches.append(batch)
+            self.items.extend(batch)
+            if len(self.batches) > self.requested:
+                self.overrun += 1  # RS §1.1: counted in lists
+            self.cond.notify_all()
+
+
+batch_ops_strategy = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.integers(0, 4), event_specs),
+        st.tuples(st.just("send_many"), st.integers(0, 4), st.lists(event_specs, max_size=12)),
+        st.tuples(st.just("feed"), st.integers(0, 12),
+                  st.lists(st.tuples(st.integers(0, 4), event_specs), max_size=20)),
+        st.tuples(st.just("leave"), st.integers(0, 4),
+                  st.sampled_from(["complete", "error", "remove"])),
+        st.tuples(st.just("request"), st.integers(1, 12), st.just(None)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy=POLICIES, on_late=ON_LATE, ops=batch_ops_strategy, k=st.integers(2, 5),
+       prefetch=st.integers(1, 16), spare=st.integers(0, 40), initial=st.integers(0, 20),
+       final_cti=st.booleans(), max_batch=st.one_of(st.just(0), st.integers(1, 9)))
+def test_batch_paths_match_the_reference_on_any_arrival_order(policy, on_late, ops, k,
+                                                               prefetch, spare, initial,
+                                                               final_cti, max_batch):
+    """try_send_many and feed queue whole batches that the policy runs over in one loop, and
+    batches() hands the output over in lists: on any interleaving, with any demand, the
+    events out (flattened), the late records and the accounting are the reference model's.
+    ``max_batch`` 0: a per-element subscriber on the same batch inputs."""
+    policy_name, delay = policy
+    union = Union(make_policy(policy_name, delay, on_late), prefetch=prefetch,
+                  max_buffered=prefetch + spare, final_cti=final_cti)
+    if max_batch:
+        probe = BatchProbe(initial, max_batch)
+        union.batches(max_batch).subscribe(probe)
+    else:
+        probe = Probe(initial)
+        union.subscribe(probe)
+    arrivals: list = []
+    open_inputs: dict[str, object] = {}
+
+    def open_(name):
+        open_inputs[name] = union.open_input(name)
+        arrivals.append(("join", name))
+
+    for name in NAMES[:k]:
+        open_(name)
+    for verb, index, arg in ops:
+        name = NAMES[index % k]
+        if verb == "request":
+            probe.request(index)
+        elif verb in ("send", "send_many"):
+            if name not in open_inputs:
+                open_(name)
+            events = [build_event(spec, name) for spec in (arg if verb == "send_many" else [arg])]
+            while events:
+                n = open_inputs[name].try_send_many(events)
+                arrivals.extend(events[:n])
+                events = events[n:]
+                if events and not n:
+                    probe.request(8)  # no credit: demand drains the queue, credit returns
+                    if not open_inputs[name].try_send_many(events[:1]):
+                        break  # the total bound is held by other inputs' unused credit
+                    arrivals.append(events.pop(0))
+        elif verb == "feed":
+            for i, _ in arg:
+                if NAMES[i % k] not in open_inputs:
+                    open_(NAMES[i % k])
+            block = [(open_inputs[NAMES[i % k]], build_event(spec, NAMES[i % k]))
+                     for i, spec in arg]
+            sent = union.feed(block, chunk=1 + index)
+            arrivals.extend(event for _, event in block[:sent])
+        elif name in open_inputs:
+            emitter = open_inputs.pop(name)
+            getattr(emitter, arg)(*([RuntimeError(name)] if arg == "error" else []))
+            arrivals.append(("leave", name))
+        check_output(probe.items)
+        assert probe.overrun == 0  # RS §1.1
+        assert_accounting(union.stats())
+    for name, emitter in list(open_inputs.items()):
+        emitter.complete()
+        arrivals.append(("leave", name))
+    union.close()
+    probe.request(MAX_DEMAND)
+    assert probe.completed == 1 and not probe.errors and probe.overrun == 0, union.stats()
+    assert getattr(probe, "bad_batches", 0) == 0
+
+    expected, expected_late = reference(policy_name, delay, on_late, arrivals)
+    if final_cti and (not any(e.kind == CTI for e in expected)
+                      or max(e.start for e in expected if e.kind == CTI) < MAX_TIME):
+        expected.append(Event.cti(MAX_TIME))
+    assert probe.items == expected
+    late = union.late.drain()
+    assert late == expected_late  # TS §3.3
+    stats = union.stats()
+    assert stats.done and stats.buffered == 0
+    assert_accounting(stats, late)
+    assert sum(s.received + s.ctis for s in stats.inputs) == \
+        sum(1 for a in arrivals if isinstance(a, Event))
+    assert stats.emitted == sum(1 for e in probe.items if e.kind != CTI)
+    assert stats.ctis == sum(1 for e in probe.items if e.kind == CTI)
+    for name in {s.name for s in stats.inputs}:  # per input, by name (names come back)
+        sent = [a for a in arrivals if isinstance(a, Event) and a.source == name]
+        same = [s for s in stats.inputs if s.name == name]
+        assert sum(s.ctis for s in same) == sum(1 for a in sent if a.kind == CTI)
+        ctis = [a.start for a in sent if a.kind == CTI]
+        if ctis and same[-1].ctis:
+            assert same[-1].last_cti == ctis[-1]
+
+
 class Tap:
     """Sits between a publisher and a union input; logs each arrival in order."""
 
