@@ -55,8 +55,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-frame", type=int, default=1 << 20, metavar="BYTES",
                    help="largest frame accepted (default 1048576)")
     p.add_argument("--max-connections", type=int, default=1024, metavar="N")
-    p.add_argument("--prefetch", type=int, default=1024, metavar="N",
-                   help="credit per device (default 1024)")
+    p.add_argument("--prefetch", type=int, default=4096, metavar="N",
+                   help="credit per device (default 4096: several frames in flight)")
 
 
 def _seconds(text: str, what: str) -> float:

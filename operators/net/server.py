@@ -754,11 +754,14 @@ class Server:
     device inputs leave the union with the reason. ``out_dir``: write the merged output (and
     late records, prefix ``late``) as rolling event-log parts for Spark. ``prefetch`` and
     ``max_buffered`` are the union's credit bounds; ``output_capacity`` the broadcast's.
+    ``prefetch`` is each device's credit: several of the client's frames (``batch``, 1024 by
+    default) fit in it, so a device encodes and sends its next frames while the server merges
+    the last; a credit of one frame would make each frame wait a round trip.
     """
 
     def __init__(self, policy: Any, *, tokens: Iterable[str], idle_timeout: float = 30.0,
                  max_frame: int = DEFAULT_MAX_FRAME, max_connections: int = 1024,
-                 max_streams: int = 16, prefetch: int = 1024, max_buffered: int = 65_536,
+                 max_streams: int = 16, prefetch: int = 4096, max_buffered: int = 65_536,
                  output_capacity: int = 4096, out_dir: str | None = None,
                  part_events: int = 100_000, part_seconds: float | None = 60.0,
                  final_cti: bool = True, name: str = "server") -> None:

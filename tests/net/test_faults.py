@@ -139,6 +139,32 @@ def test_a_device_sending_beyond_its_credit_is_cut_off_and_nothing_it_overran_is
     run(scenario())
 
 
+def test_a_device_may_use_several_frames_of_credit_at_once_and_each_is_merged_whole(transport):
+    """The default credit covers several of the client's frames, so a device need not wait a
+    round trip between frames; the server merges each frame as one batch, and the credit it
+    gives back is exact: a device that spends all of it, and then all of the top-up, is never
+    cut off (RS §1.1, §3.8)."""
+    async def scenario():
+        server = await start_server(max_policy())
+        raw = await Raw.open(url_of(server, transport))
+        raw.send(encode_publish(1, "fast"))
+        credit = (await raw.recv_until("request")).n
+        assert credit == server.prefetch == 4096  # four frames of the client's default batch
+        for k in range(4):
+            raw.send(encode_next(1, points(range(k * 1024, (k + 1) * 1024))))
+        top_up = (await raw.recv_until("request")).n  # credit returns as frames are merged
+        assert 1 <= top_up <= credit
+        raw.send(encode_next(1, points(range(credit, credit + top_up))))
+        await until(lambda: server.stats().events_received == credit + top_up)
+        stats = server.stats()
+        assert stats.events_refused == 0 and stats.errors("overrun") == 0
+        assert stats.union.input("fast").received == credit + top_up
+        await until(lambda: server.stats().output_events == credit + top_up)
+        await server.close()
+
+    run(scenario())
+
+
 def test_a_slow_consumer_slows_the_device_end_to_end():
     async def scenario():
         server = await start_server(max_policy(), prefetch=16, max_buffered=64,
