@@ -67,11 +67,14 @@ _INT_OR_NONE = {int, _NONE_TYPE}
 class SourceTable:
     """Input names <-> small int codes, shared by every file of one replay (``None`` is -1)."""
 
-    __slots__ = ("names", "codes")
+    __slots__ = ("names", "codes", "scan_words")
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.codes: dict[Any, int] = {None: -1}
+        #: the JSON Lines scanner's lookup of short names by their bytes: sorted words and
+        #: their codes (``engine.jsonl_scan``), ``None`` until it has seen one
+        self.scan_words: tuple | None = None
 
     def add(self, name: Any) -> int:
         if type(name) is not str:

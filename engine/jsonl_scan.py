@@ -12,6 +12,13 @@ Every byte of such a line is accounted for, so the values found are those orjson
 decode, and the line from ``"source"`` on *is* the canonical output line (``docs/event-log.md``):
 replay writes those input bytes instead of re-encoding the record.
 
+How: one pass over the block finds the newlines (and proves there is no other control
+character); everything after that works per line, not per byte. Each field is read as
+little-endian 64-bit words at the line's offsets: a literal key is one or two word
+comparisons, the length of a digit run or a name is the first flagged byte of a word (SWAR:
+SIMD within a register), and eight digits convert with three multiplications. So the cost is
+a few dozen numpy operations over arrays of one element per line, plus the payload round trip.
+
 Anything else — a space, an escape, an ISO time, a key out of order, a blank line, an invalid
 record — makes ``scan_block`` return ``None`` and the caller parses the block with the exact
 parsers, which give the bad-record errors (TS §5.3). The scanner therefore never decides that
@@ -20,18 +27,19 @@ a record is bad; it only recognises blocks that are certainly good. Memory: O(bl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import orjson
 
-__all__ = ["RawLines", "scan_block", "MAX_NAME"]
+__all__ = ["RawLines", "Payloads", "scan_block", "MAX_NAME"]
 
 #: names longer than this many bytes are looked up one by one instead of vectorised
 MAX_NAME = 32
 
-_PAD = 32
-
+# bytes after the block: every word read (up to 24 bytes past a line's last examined byte)
+# stays inside the buffer, and so do fixed-width windows over the last lines
+_PAD = 256
 
 
 class RawLines:
@@ -40,23 +48,102 @@ class RawLines:
     ``data``: the block as a writable uint8 array in which the byte before each row's
     canonical part has been set to ``{``; row ``i``'s canonical line (newline included) is
     ``data[body[i]:stop[i]]``; ``start_at`` is where its start value's digits begin.
+    ``buffer``: ``data`` and the padding after it.
     """
 
-    __slots__ = ("data", "body", "stop", "start_at")
+    __slots__ = ("data", "body", "stop", "start_at", "buffer")
 
     def __init__(self, data: np.ndarray, body: np.ndarray, stop: np.ndarray,
-                 start_at: np.ndarray) -> None:
+                 start_at: np.ndarray, buffer: np.ndarray | None = None) -> None:
         self.data = data
         self.body = body
         self.stop = stop
         self.start_at = start_at
+        self.buffer = data if buffer is None else buffer
 
     def line(self, i: int) -> bytes:
         return self.data[self.body[i]:self.stop[i]].tobytes()
 
+    def window(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """``(len(starts), width)`` uint8: the ``width`` bytes from each start (bytes past the
+        buffer's end are zero)."""
+        buf = self.buffer
+        if not len(starts) or int(starts.max()) + width <= len(buf):
+            return np.lib.stride_tricks.sliding_window_view(buf, width)[starts]
+        at = starts[:, None] + np.arange(width)
+        return np.where(at < len(buf), buf[np.minimum(at, len(buf) - 1)], 0).astype(np.uint8)
+
+
+class Payloads:
+    """A scanned block's payload column: ``None`` except at ``rows``, decoded on first use.
+
+    The scanner has already checked that the payloads are valid, canonical JSON; the values
+    are only needed when a row is re-encoded (the merge of several files, the element path),
+    so the common columnar replay of one file never builds them. A read-only sequence; equal
+    to a list with the same items.
+    """
+
+    __slots__ = ("n", "rows", "joined", "_items")
+
+    def __init__(self, n: int, rows: np.ndarray, joined: bytes) -> None:
+        self.n = n
+        self.rows = rows
+        self.joined = joined  # ``[P0,P1,…]``: the payloads of ``rows``, as one JSON array
+        self._items: list | None = None
+
+    def _list(self) -> list:
+        items = self._items
+        if items is None:
+            values = orjson.loads(self.joined)
+            if len(values) == self.n:
+                items = values
+            else:
+                items = [None] * self.n
+                for i, v in zip(self.rows.tolist(), values):
+                    items[i] = v
+            self._items = items
+        return items
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return self._list() == list(other)  # type: ignore[call-overload]
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Payloads({self._list()!r})"
+
 
 class _NotFlat(Exception):
     pass
+
+
+# -- words -----------------------------------------------------------------------------
+
+_U = np.uint64
+_ONES = _U(0x0101010101010101)
+_HIGH = _U(0x8080808080808080)
+_TENS = _U(0x0A0A0A0A0A0A0A0A)
+_QUOTES = _U(0x2222222222222222)
+_ASCII0 = _U(0x3030303030303030)
+_INT64_MAX = _U(2**63 - 1)
+#: per count d of leading digit bytes: the mask that keeps them, the left shift that moves
+#: them to the word's high end, and the ``'0'`` bytes that fill the low end
+_KEEP = np.array([(1 << 8 * d) - 1 for d in range(9)], np.uint64)
+_SHIFT = np.array([8 * (8 - d) if d else 0 for d in range(9)], np.uint64)
+_FILL = np.array([0x3030303030303030 & ((1 << 8 * (8 - d)) - 1) for d in range(9)], np.uint64)
+_POW10 = np.array([10**d for d in range(9)], np.uint64)
 
 
 def _words(a: np.ndarray) -> np.ndarray:
@@ -64,27 +151,51 @@ def _words(a: np.ndarray) -> np.ndarray:
     return np.ndarray((len(a) - 7,), dtype="<u8", buffer=a, strides=(1,))
 
 
-def _literal(w: np.ndarray, at: np.ndarray, lit: bytes) -> np.ndarray:
-    """Per row: do the bytes at ``at`` spell ``lit``? Eight bytes per comparison; ``w`` is
-    ``_words`` of the padded block, so reads past a line's end see padding, never a match."""
-    ok = None
-    last = len(w) - 1
-    for off in range(0, len(lit), 8):
-        part = lit[off:off + 8]
-        x = w[np.minimum(at + off, last)]
-        if len(part) < 8:
-            x = x & np.uint64((1 << (8 * len(part))) - 1)
-        hit = x == np.uint64(int.from_bytes(part, "little"))
-        ok = hit if ok is None else ok & hit
-    return ok
+def _lit(lit: bytes) -> tuple[np.uint64, np.uint64]:
+    assert 0 < len(lit) <= 8
+    return _U((1 << 8 * len(lit)) - 1), _U(int.from_bytes(lit, "little"))
 
 
-_U = np.uint64
-_ASCII0 = _U(0x3030303030303030)
-_HIGH_NIBBLES = _U(0xF0F0F0F0F0F0F0F0)
-_SIXES = _U(0x0606060606060606)
-_ALL = _U(2**64 - 1)
-_INT64_MAX = _U(2**63 - 1)
+_LITS: dict[bytes, tuple[np.uint64, np.uint64]] = {}
+
+
+def _is(x: np.ndarray, lit: bytes) -> np.ndarray:
+    """Per word: do its first ``len(lit)`` (<= 8) bytes spell ``lit``?"""
+    found = _LITS.get(lit)
+    if found is None:
+        found = _LITS[lit] = _lit(lit)
+    mask, value = found
+    if len(lit) == 8:
+        return x == value
+    return (x & mask) == value
+
+
+if hasattr(np, "bitwise_count"):
+    def _first_flagged(m: np.ndarray) -> np.ndarray:
+        """The index (0..7) of the first byte whose high bit is set in ``m``, 8 if none;
+        ``m`` has no other bits set."""
+        low = m & (~m + _U(1))  # the lowest set bit (0 if none)
+        return np.bitwise_count(low - _U(1)).astype(np.int64) >> 3
+else:  # pragma: no cover - numpy < 2
+    def _first_flagged(m: np.ndarray) -> np.ndarray:
+        low = m & (~m + _U(1))
+        exp = np.frexp(low.astype(np.float64))[1].astype(np.int64)  # 8 k + 8 for byte k
+        return np.where(low == 0, 8, (exp >> 3) - 1)
+
+
+def _digit_count(x: np.ndarray) -> np.ndarray:
+    """How many of the word's bytes, from the first, are ASCII digits (0..8)."""
+    y = x ^ _ASCII0  # digits become 0..9
+    # per byte: the high bit is set unless 0 <= y < 10 (no borrow crosses bytes: each
+    # byte of y | _HIGH is >= 0x80)
+    return _first_flagged((((y | _HIGH) - _TENS) | y) & _HIGH)
+
+
+def _quote_at(x: np.ndarray) -> np.ndarray:
+    """The index of the word's first ``"`` byte (0..7), 8 if none."""
+    t = x ^ _QUOTES  # quotes become 0
+    # a zero byte sets its high bit; a borrow only reaches bytes after the first zero
+    return _first_flagged((t - _ONES) & ~t & _HIGH)
 
 
 def _eight_digits(word: np.ndarray) -> np.ndarray:
@@ -95,106 +206,207 @@ def _eight_digits(word: np.ndarray) -> np.ndarray:
     return ((v & _U(0x0000FFFF0000FFFF)) * _U(42949672960001)) >> _U(32)
 
 
-def _ints(a: np.ndarray, w: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """int64 values of the canonical JSON integers in ``a[p:q]`` per row, else ``_NotFlat``.
+def _leading_value(x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The value of the first ``d`` (0..8) digit bytes of each word."""
+    return _eight_digits(((x & _KEEP[d]) << _SHIFT[d]) | _FILL[d])
 
-    Eight digits at a time, from the right: each word ending at ``q - 8 j`` has its bytes
-    before ``p`` replaced by ``'0'``, is checked to be all digits, and converted with three
-    multiplications."""
+
+def _number(a: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The canonical JSON integers starting at ``p`` (int64) and where each ends; a
+    non-integer, a leading zero, ``-0`` or a value beyond int64 raises ``_NotFlat``."""
     if not len(p):
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), p
     neg = a[p] == ord("-")
     p = p + neg
-    length = q - p
-    if (length < 1).any() or (length > 19).any():
-        raise _NotFlat
-    if ((a[p] == ord("0")) & (length > 1)).any():  # a leading zero: not a JSON number
-        raise _NotFlat
-    value = np.zeros(len(p), np.uint64)
-    for j in range(3):
-        digits = np.clip(length - 8 * j, 0, 8)
-        if not digits.any():
-            break
-        word = w[np.maximum(q - 8 * (j + 1), 0)]
-        fill = (8 - digits).astype(np.uint64)  # low bytes that precede the number
-        low = np.where(fill >= 8, _ALL, (_U(1) << (np.minimum(fill, 7) * _U(8))) - _U(1))
-        word = (word & ~low) | (_ASCII0 & low)
-        if ((word & _HIGH_NIBBLES) != _ASCII0).any() or \
-                (((word + _SIXES) & _HIGH_NIBBLES) != _ASCII0).any():
-            raise _NotFlat  # a byte that is not a digit
-        value += _eight_digits(word) * _U(10 ** (8 * j))
+    x = w[p]
+    d = _digit_count(x)
+    length = d
+    value = _leading_value(x, d)
+    more = d == 8
+    if more.any():  # up to 19 digits: two more words
+        x = w[p + 8]
+        d = np.where(more, _digit_count(x), 0)
+        length = length + d
+        value = np.where(more, value * _POW10[d] + _leading_value(x, d), value)
+        more &= d == 8
+        if more.any():
+            x = w[p + 16]
+            d = np.where(more, _digit_count(x), 0)
+            if (d > 3).any():
+                raise _NotFlat  # more than 19 digits
+            length = length + d
+            value = np.where(more, value * _POW10[d] + _leading_value(x, d), value)
+    if not length.all():
+        raise _NotFlat  # no digit
+    if ((a[p] == ord("0")) & (length > 1)).any():
+        raise _NotFlat  # a leading zero: not a JSON number
     # 19 digits can exceed int64 (but not uint64); -0 is not canonical
-    too_big = np.where(neg, value > _INT64_MAX + _U(1), value > _INT64_MAX)
-    if too_big.any() or (neg & (value == 0)).any():
+    if (value > _INT64_MAX + neg.astype(np.uint64)).any() or (neg & (value == 0)).any():
         raise _NotFlat
-    out = value.view(np.int64).copy()
+    out = value.view(np.int64)
     np.negative(out, out=out, where=neg)  # -(2**63) wraps onto itself, as it should
-    return out
+    return out, p + length
 
 
-def _names(raw: bytes, s0: np.ndarray, s1: np.ndarray, table: Any,
-           padded: np.ndarray | None = None) -> np.ndarray:
-    """Source codes for the names ``raw[s0:s1]`` (``s0 < 0``: no source, code -1).
+# -- names -----------------------------------------------------------------------------
 
-    ``padded``: ``_words`` of the padded block, for names of at most 8 bytes."""
-    n = len(s0)
+
+def _name_ends(raw: bytes, w: np.ndarray, s0: np.ndarray) -> np.ndarray:
+    """Where each name starting at ``s0`` ends: its closing quote (names hold no escape)."""
+    length = _quote_at(w[s0])
+    rows = np.flatnonzero(length == 8)
+    for k in range(1, MAX_NAME // 8):
+        if not len(rows):
+            break
+        found = _quote_at(w[s0[rows] + 8 * k])
+        length[rows] = 8 * k + found
+        rows = rows[found == 8]
+    for i in rows.tolist():  # longer than MAX_NAME bytes: one by one
+        end = raw.find(b'"', s0[i])
+        if end < 0:
+            raise _NotFlat
+        length[i] = end - s0[i]
+    return s0 + length
+
+
+def _short_names(raw: bytes, words: np.ndarray, rows: np.ndarray, s0: np.ndarray,
+                 s1: np.ndarray, table: Any) -> np.ndarray:
+    """Codes for names of at most 8 bytes, by their words (tagged with the length) through
+    the table's cache of known words; unknown names are added in order of first appearance,
+    as the record parsers add them."""
+    cache = table.scan_words
+    if cache is not None and len(cache[0]):
+        known, known_codes = cache
+        at = np.minimum(np.searchsorted(known, words), len(known) - 1)
+        hit = known[at] == words
+        if hit.all():
+            return known_codes[at]
+        codes = np.where(hit, known_codes[at], -1).astype(np.int32)
+    else:
+        hit = np.zeros(len(words), np.bool_)
+        codes = np.full(len(words), -1, np.int32)
+    miss = np.flatnonzero(~hit)
+    new, first, inverse = np.unique(words[miss], return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    add = table.add
+    try:
+        new_codes = np.array([add(raw[s0[rows[miss[j]]]:s1[rows[miss[j]]]].decode("utf-8"))
+                              for j in first[order].tolist()], np.int32)
+    except UnicodeDecodeError:
+        raise _NotFlat from None
+    lookup = np.empty(len(new), np.int32)
+    lookup[order] = new_codes
+    codes[miss] = lookup[inverse.ravel()]
+    if cache is None or not len(cache[0]):
+        keys, values = new, lookup
+    else:
+        keys = np.concatenate([cache[0], new])
+        values = np.concatenate([cache[1], lookup])
+        by = np.argsort(keys, kind="stable")
+        keys, values = keys[by], values[by]
+    table.scan_words = (keys, values)
+    return codes
+
+
+def _names(raw: bytes, w: np.ndarray, s0: np.ndarray, s1: np.ndarray, table: Any,
+           n: int, has: np.ndarray) -> np.ndarray:
+    """Source codes for the names ``raw[s0:s1]`` of the rows ``has`` (others: -1)."""
     codes = np.full(n, -1, np.int32)
-    has = s0 >= 0
     if not has.any():
         return codes
     rows = np.flatnonzero(has)
     a0, a1 = s0[rows], s1[rows]
-    width = int((a1 - a0).max())
+    length = (a1 - a0).astype(np.uint64)
+    width = int(length.max())
+    if width <= 8 and hasattr(table, "scan_words"):
+        # one word per name, masked to its length and tagged with it: an 8-byte name would
+        # need a control character as its last byte to equal a shorter name's tagged word,
+        # and control characters are refused
+        words = (w[a0] & _KEEP[length.astype(np.int64)]) ^ (length << _U(56))
+        codes[rows] = _short_names(raw, words, rows, s0, s1, table)
+        return codes
     if width > MAX_NAME:
-        names = [raw[i:j] for i, j in zip(a0.tolist(), a1.tolist())]
         uniq: dict[bytes, int] = {}
-        inverse = np.array([uniq.setdefault(x, len(uniq)) for x in names], np.int64)
-        keys = list(uniq)
+        firsts: list[int] = []
+        index: list[int] = []
+        for i, x in enumerate([raw[i:j] for i, j in zip(a0.tolist(), a1.tolist())]):
+            c = uniq.get(x)
+            if c is None:
+                c = uniq[x] = len(firsts)
+                firsts.append(i)
+            index.append(c)
+        first, inverse = np.array(firsts, np.int64), np.array(index, np.int64)
     else:
         a = np.frombuffer(raw, np.uint8)
-        width8 = (width + 7) // 8 * 8 or 8
-        if width8 == 8 and padded is not None:  # one word per name, masked to its length
-            length = (a1 - a0).astype(np.uint64)
-            mask = np.where(length >= 8, np.uint64(2**64 - 1),
-                            (np.uint64(1) << (length * np.uint64(8))) - np.uint64(1))
-            word = padded[a0] & mask
-            # tag with the length: an 8-byte name would need a control character as its last
-            # byte to equal a shorter name's tagged word, and control characters are refused
-            word ^= length << np.uint64(56)
-            _, first, inverse = np.unique(word, return_index=True, return_inverse=True)
-            return _codes(raw, codes, rows, a0, a1, first, inverse, table)
+        width8 = (width + 7) // 8 * 8
         packed = np.zeros((len(rows), width8), np.uint8)
-        length = a1 - a0
+        span = a1 - a0
         for k in range(width):
-            has_k = length > k
+            has_k = span > k
             packed[:, k] = np.where(has_k, a[np.where(has_k, a0 + k, 0)], 0)
         flat = packed.view(np.dtype((np.void, width8))).ravel()
         _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-        return _codes(raw, codes, rows, a0, a1, first, inverse, table)
-    add = table.add
-    try:
-        lookup = np.array([add(k.decode("utf-8")) for k in keys], np.int32)
-    except UnicodeDecodeError:
-        raise _NotFlat from None
-    codes[rows] = lookup[inverse]
-    return codes
-
-
-def _codes(raw: bytes, codes: np.ndarray, rows: np.ndarray, a0: np.ndarray, a1: np.ndarray,
-           first: np.ndarray, inverse: np.ndarray, table: Any) -> np.ndarray:
     # names enter the table in order of first appearance, as the record parsers add them
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    inverse = rank[inverse.ravel()]
+    inverse = rank[np.asarray(inverse).ravel()]
     add = table.add
     try:
         lookup = np.array([add(raw[a0[i]:a1[i]].decode("utf-8"))
-                           for i in first[order].tolist()], np.int32)
+                           for i in np.asarray(first)[order].tolist()], np.int32)
     except UnicodeDecodeError:
         raise _NotFlat from None
     codes[rows] = lookup[inverse]
     return codes
+
+
+# -- payloads --------------------------------------------------------------------------
+
+
+def gather(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
+    """The bytes ``a[p0[i]:p1[i]]`` of all rows, concatenated (ranges ascending, disjoint)."""
+    lens = p1 - p0
+    total = int(lens.sum())
+    if total * 4 < len(a):  # few bytes: gather them by index
+        ends = np.cumsum(lens)
+        index = np.arange(total, dtype=np.int64)
+        index += np.repeat(p0 - (ends - lens), lens)
+        return a[index]
+    bounds = np.empty(2 * len(p0) + 2, np.int64)  # many: keep runs of a mask
+    bounds[0] = 0
+    bounds[1:-1:2] = p0
+    bounds[2:-1:2] = p1
+    bounds[-1] = len(a)
+    keep = np.zeros(len(bounds) - 1, np.bool_)
+    keep[1::2] = True
+    return a[np.repeat(keep, np.diff(bounds))]
+
+
+def _payloads(a: np.ndarray, w: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
+              p1: np.ndarray) -> Payloads:
+    """Check the payloads ``a[p0:p1]`` of ``rows``: one valid JSON value each, in canonical
+    form (orjson re-encodes the whole block to the same bytes), not ``null``."""
+    if not len(rows):
+        return Payloads(n, rows, b"[]")
+    if ((p1 - p0 == 4) & _is(w[p0], b"null")).any():
+        raise _NotFlat  # a null payload is omitted from the canonical line
+    # each payload with the byte after it (the record's closing brace) turned into a comma
+    body = gather(a, p0, p1 + 1)
+    body[np.cumsum(p1 + 1 - p0) - 1] = ord(",")
+    body[-1] = ord("]")
+    joined = b"[" + body.tobytes()
+    try:
+        values = orjson.loads(joined)
+        # one value per row, each re-encoded to its own bytes: canonical
+        if len(values) != len(rows) or orjson.dumps(values) != joined:
+            raise _NotFlat
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        raise _NotFlat from None
+    return Payloads(n, rows, joined)
+
+
+# -- the scan --------------------------------------------------------------------------
 
 
 def scan_block(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple | None:
@@ -203,8 +415,9 @@ def scan_block(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple
     ``mode`` is the file's order key (``None``: decided by the first line here); ``last_key``
     the previous record's key, which the block's keys must not go below (TS §5.2). Returns
     ``(mode, kind, source, start, end, has_end, key, payload, raw_lines)`` with the columns of
-    ``engine.eventlog_read.Columns`` (``key``: the order key values, ``None`` for position);
-    source names are added to ``table`` only when the whole block is flat.
+    ``engine.eventlog_read.Columns`` (``key``: the order key values, ``None`` for position;
+    ``payload``: ``Payloads``); source names are added to ``table`` only when the whole
+    block is flat.
     """
     try:
         return _scan(raw, mode, table, last_key)
@@ -213,139 +426,120 @@ def scan_block(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple
 
 
 def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
-    if not raw or raw[-1:] != b"\n" or b"\r" in raw:
-        raise _NotFlat
     size = len(raw)
-    padded = bytearray(raw)
-    padded += bytes(_PAD)  # so that every literal read stays inside the buffer
-    a = np.frombuffer(padded, np.uint8)
-    w = _words(a)
-    text = a[:size]
-    if b"\\" in raw:  # an escape: the exact parsers decide what it means
+    if not size or raw[-1] != 0x0A or b"\\" in raw:  # an escape: the exact parsers decide
         raise _NotFlat
     if not raw.isascii():
         try:
             raw.decode("utf-8")  # fine if the block is valid UTF-8
         except UnicodeDecodeError:
             raise _NotFlat from None
-    nl = np.flatnonzero(text == ord("\n"))
-    if np.count_nonzero(text < 0x20) != len(nl):  # control characters are never valid here
+    padded = bytearray(size + _PAD)
+    padded[:size] = raw
+    a = np.frombuffer(padded, np.uint8)
+    w = _words(a)
+    nl = np.flatnonzero(a[:size] < 0x20)
+    if (a[nl] != 0x0A).any():  # control characters are never valid here (\r included)
         raise _NotFlat
-    quotes = np.flatnonzero(text == ord('"'))
-    terms = np.flatnonzero((text == ord(",")) | (text == ord("\n")))
     n = len(nl)
     ls = np.empty(n, np.int64)
     ls[0] = 0
     ls[1:] = nl[:-1] + 1
-    if not _literal(w, ls, b'{"').all():  # also rules out blank lines
-        raise _NotFlat
     if mode is None:
         mode = ("seq" if raw.startswith(b'{"seq":') else
                 "arrival" if raw.startswith(b'{"arrival":') else "position")
 
     # the order key, then the byte where the canonical line begins
+    x = w[ls]
     if mode == "position":
+        if not _is(x, b'{"').all():  # also rules out blank lines
+            raise _NotFlat
         key = None
         body = ls
-        at = ls + 1
     else:
-        lit = b'{"seq":' if mode == "seq" else b'{"arrival":'
-        if not _literal(w, ls, lit).all():
+        if mode == "seq":
+            ok = _is(x, b'{"seq":')
+            p = ls + 7
+        else:
+            ok = _is(x, b'{"arriva') & _is(w[ls + 8], b'l":')
+            p = ls + 11
+        if not ok.all():
             raise _NotFlat
-        p = ls + len(lit)
-        q = terms[np.searchsorted(terms, p)]
-        if (a[q] != ord(",")).any():
+        key, body = _number(a, w, p)
+        if (a[body] != ord(",")).any():
             raise _NotFlat
-        key = _ints(a, w, p, q)
         if key[0] < last_key or (key[1:] < key[:-1]).any():
             raise _NotFlat  # TS §5.2: the record parsers name the line
-        body = q
-        at = q + 1
+    at = body + 1
 
-    # "source":"NAME", (absent only on a CTI)
-    has_source = _literal(w, at, b'"source":"')
-    s0 = np.where(has_source, at + 10, -1)
-    close = quotes[np.minimum(np.searchsorted(quotes, np.where(has_source, s0, 0)),
-                              len(quotes) - 1)]
-    s1 = np.where(has_source, close, -1)
-    if not (_literal(w, np.where(has_source, s1, 0), b'",') | ~has_source).all():
+    # "source":"NAME", (absent only on a CTI), then "kind":"
+    has_source = _is(w[at], b'"source"') & _is(w[at + 8], b':"')
+    s0 = at + 10
+    s1 = _name_ends(raw, w, np.where(has_source, s0, at))
+    k = np.where(has_source, s1 + 2, at)
+    # a name ends on its own line; each field then starts where the one before ended, none
+    # crosses a newline, so the newline a literal ends with is the line's own
+    if not (_is(w[k], b'"kind":"') & (~has_source | ((a[s1 + 1] == ord(",")) & (s1 < nl)))
+            ).all():
         raise _NotFlat
-    at = np.where(has_source, s1 + 2, at)
+    k += 8
 
-    # "kind":"KIND"
-    if not _literal(w, at, b'"kind":"').all():
+    # the kind, and with it the start's key: insert",  "start":  or  cti","st  art":
+    x, y = w[k], w[k + 8]
+    is_insert = _is(x, b'insert",') & _is(y, b'"start":')
+    is_cti = _is(x, b'cti","st') & _is(y, b'art":')
+    is_join = _is(x, b'join"}\n')
+    is_leave = _is(x, b'leave"}\n')
+    if not (is_insert | is_cti | is_join | is_leave).all():
         raise _NotFlat
-    at = at + 8
-    kind = np.full(n, -1, np.int8)
-    for code, lit in enumerate((b'insert"', b'cti"', b'join"', b'leave"')):
-        hit = _literal(w, at, lit)
-        hit &= kind < 0
-        kind[hit] = code
-        at = np.where(hit, at + len(lit), at)
-    if (kind < 0).any():
-        raise _NotFlat
-    is_cti = kind == 1
-    timed = kind <= 1
     if (~has_source & ~is_cti).any():
         raise _NotFlat
+    kind = np.where(is_insert, 0, np.where(is_cti, 1, np.where(is_join, 2, 3))).astype(np.int8)
+    timed = is_insert | is_cti
 
-    # ,"start":INT on inserts and CTIs (join/leave: nothing more)
-    start = np.zeros(n, np.int64)
-    start_at = np.zeros(n, np.int64)
-    rows = np.flatnonzero(timed)
-    if not _literal(w, at[rows], b',"start":').all():
-        raise _NotFlat
-    p = at[rows] + 9
-    q = terms[np.searchsorted(terms, p)]
-    q = np.where(a[q] == ord("\n"), q - 1, q)  # the record's closing brace
-    start[rows] = _ints(a, w, p, q)
-    start_at[rows] = p
-    at[rows] = q
+    # the start on inserts and CTIs
+    start_at = np.where(is_insert, k + 16, k + 13)
+    if timed.all():
+        start, q = _number(a, w, start_at)
+    else:  # join/leave rows end with their kind
+        rows = np.flatnonzero(timed)
+        start = np.zeros(n, np.int64)
+        q = np.zeros(n, np.int64)
+        start[rows], q[rows] = _number(a, w, start_at[rows])
+        start_at = np.where(timed, start_at, 0)
+    insert = is_insert
 
-    # ,"end":INT on inserts
-    has_end = _literal(w, at, b',"end":') & (kind == 0)
-    rows = np.flatnonzero(has_end)
-    point = (kind == 0) & ~has_end
+    # then }  or ,"end":INT  or ,"payload":P  (the last two on inserts only)
+    x = w[q]
+    closed = _is(x, b"}\n") & timed
+    has_end = _is(x, b',"end":') & insert
+    end = np.where(is_cti, start, start + 1)
+    if has_end.any():
+        rows = np.flatnonzero(has_end)
+        e, q_end = _number(a, w, q[rows] + 7)
+        if (e <= start[rows]).any():
+            raise _NotFlat  # an interval that ends before it starts: a bad record
+        end[rows] = e
+        q[rows] = q_end
+        x = np.where(has_end, w[q], x)
+        closed |= has_end & _is(x, b"}\n")
+    point = insert & ~has_end
     if (point & (start == np.iinfo(np.int64).max)).any():
         raise _NotFlat  # a point's end, start + 1, would not fit: the record parsers decide
-    end = np.where(is_cti, start, start + 1)
-    if len(rows):
-        p = at[rows] + 7
-        q = terms[np.searchsorted(terms, p)]
-        q = np.where(a[q] == ord("\n"), q - 1, q)
-        e = _ints(a, w, p, q)
-        if (e <= start[rows]).any():
-            raise _NotFlat
-        end[rows] = e
-        at[rows] = q
-
-    # ,"payload":P} on inserts; everything else must end here
-    has_payload = _literal(w, at, b',"payload":') & (kind == 0)
-    if not (_literal(w, np.where(has_payload, nl - 1, at), b"}\n")).all():
-        raise _NotFlat
-    payload: list = [None] * n
+    has_payload = insert & _is(x, b',"payloa') & ~closed
     rows = np.flatnonzero(has_payload)
-    if len(rows):
-        p0, p1 = at[rows] + 11, nl[rows] - 1
-        if ((p1 - p0 == 4) & _literal(w, p0, b"null")).any():
-            raise _NotFlat  # a null payload is omitted from the canonical line
-        p0, p1 = p0.tolist(), p1.tolist()
-        joined = b"[" + b",".join([raw[i:j] for i, j in zip(p0, p1)]) + b"]"
-        try:
-            values = orjson.loads(joined)
-        except orjson.JSONDecodeError:
-            raise _NotFlat from None
-        # one value per row, each re-encoded to its own bytes: canonical
-        if len(values) != len(rows) or orjson.dumps(values) != joined:
-            raise _NotFlat
-        for i, v in zip(rows.tolist(), values):
-            payload[i] = v
+    p0 = q[rows] + 11
+    p1 = nl[rows] - 1  # the record's closing brace
+    if len(rows) and not (_is(w[q[rows] + 8], b'd":') & (a[p1] == ord("}")) & (p0 < p1)).all():
+        raise _NotFlat
+    if not (closed | has_payload | ~timed).all():
+        raise _NotFlat
+    payload = _payloads(a, w, n, rows, p0, p1)
     if not timed.all():
-        start[~timed] = 0
         end[~timed] = 0
 
-    source = _names(raw, s0, s1, table, w)
+    source = _names(raw, w, s0, s1, table, n, has_source)
     data = a[:size]
     data[body] = ord("{")
-    lines = RawLines(data, body, nl + 1, start_at)
+    lines = RawLines(data, body, nl + 1, start_at, a)
     return mode, kind, source, start, end, has_end, key, payload, lines
