@@ -20,7 +20,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
-from engine.event import Event, LateRecord
+from engine.event import CTI, Event, LateRecord
 
 __all__ = [
     "Policy",
@@ -63,10 +63,11 @@ class Policy(Protocol):
 
     def leave(self, state: Any, source: str) -> tuple[Any, Outputs]: ...
 
-    # Optional: ``step_many(state, events) -> (state, emitted, late)`` runs ``step`` over
-    # consecutive arrivals in one call: ``emitted`` lists every Event the steps output, in
-    # order, ``late`` every LateRecord. It must decide exactly as ``step`` does event by event;
-    # ``step_many`` (the function below) falls back to that loop for policies without one.
+    # Optional: ``step_many(state, events) -> (state, emitted, late, ctis)`` runs ``step``
+    # over consecutive arrivals in one call: ``emitted`` lists every Event the steps output,
+    # in order, ``late`` every LateRecord, ``ctis`` the arrivals that were CTIs. It must
+    # decide exactly as ``step`` does event by event; ``step_many`` (the function below)
+    # falls back to that loop for policies without one.
     #
     # Optional: ``run_columns(is_cti, start, end, state=None) -> (action, cti, state) | None``
     # runs the policy over numpy columns of consecutive arrivals (inserts and CTIs only).
@@ -78,20 +79,23 @@ class Policy(Protocol):
     # has no columnar form" (its decisions depend on the source or on join/leave).
 
 
-def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list]:
+def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list, list]:
     """``policy.step_many`` if the policy has one, else ``step`` event by event, sorted into
-    ``(state, emitted events, late records)``."""
+    ``(state, emitted events, late records, arrived CTIs)``."""
     fast = getattr(policy, "step_many", None)
     if fast is not None:
         return fast(state, events)
     step = policy.step
     emitted: list[Event] = []
     late: list[LateRecord] = []
+    ctis: list[Event] = []
     for event in events:
+        if event.kind == CTI:
+            ctis.append(event)
         state, outputs = step(state, event)
         for out in outputs:
             (emitted if out.__class__ is Event else late).append(out)
-    return state, emitted, late
+    return state, emitted, late, ctis
 
 
 def policy_names() -> list[str]:

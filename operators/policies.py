@@ -130,46 +130,52 @@ class GoldilocksPolicy:
         return state, _NONE
 
     def step_many(self, state: HighState, events: Sequence[Event],
-                  ) -> tuple[HighState, list[Event], list[LateRecord]]:
-        """``step`` over consecutive arrivals, in one loop: ``(state, emitted, late)``.
+                  ) -> tuple[HighState, list[Event], list[LateRecord], list[Event]]:
+        """``step`` over consecutive arrivals, in one loop: ``(state, emitted, late, ctis)``.
 
         ``emitted`` is every ``Event`` the steps would output, in order; ``late`` every
-        ``LateRecord``, in order. The same decisions as ``step`` event by event (a property
-        test holds them equal); the union's batch path runs it once per batch of arrivals.
+        ``LateRecord``, in order; ``ctis`` the arrivals that were CTIs, in order (for the
+        caller's per-input accounting: noting them here costs nothing, finding them again
+        would cost a pass). The same decisions as ``step`` event by event (a property test
+        holds them equal); the union's batch path runs it once per batch of arrivals.
         """
         delay = self.delay
         adjust = self._adjust
+        cti, record, dropped = CTI, LateRecord, DROPPED  # locals: this loop is the hot path
         emitted: list[Event] = []
         emit = emitted.append
         late: list[LateRecord] = []
+        ctis: list[Event] = []
         arrivals = iter(events)
         high = state.high
         if high is None:  # until the first CTI every insert is on time
             for e in arrivals:
-                if e.kind == CTI:
+                if e.kind == cti:
+                    ctis.append(e)
                     d = e.start - delay
                     high = d if d > MIN_TIME else MIN_TIME  # TS §2.2
-                    emit(Event(CTI, high, None, None, None))
+                    emit(Event(cti, high, None, None, None))
                     break
                 emit(e)
             else:
-                return state, emitted, late
+                return state, emitted, late, ctis
         for e in arrivals:
-            if e.kind != CTI:
+            if e.kind != cti:
                 if e.start >= high:  # TS §2.4
                     emit(e)
                 elif adjust and e.end > high:  # TS §3.2
                     clipped = Event(e.kind, high, e.end, e.payload, e.source)
                     emit(clipped)
-                    late.append(LateRecord(e.source, e, high, ADJUSTED, clipped))
+                    late.append(record(e.source, e, high, ADJUSTED, clipped))
                 else:  # TS §3.1
-                    late.append(LateRecord(e.source, e, high, DROPPED))
+                    late.append(record(e.source, e, high, dropped))
             else:
+                ctis.append(e)
                 d = e.start - delay
                 if d > high:  # TS §2.1; high >= MIN_TIME, so d needs no clamping here
                     high = d
-                    emit(Event(CTI, d, None, None, None))
-        return (state if high == state.high else HighState(high)), emitted, late
+                    emit(Event(cti, d, None, None, None))
+        return (state if high == state.high else HighState(high)), emitted, late, ctis
 
     def join(self, state: HighState, source: str) -> tuple[HighState, tuple]:
         return state, _NONE

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -63,7 +63,8 @@ _LEAVE = object()
 
 _KIND = attrgetter("kind")
 _SOURCE = attrgetter("source")
-_INPUT_NAME = attrgetter("_input.name")
+_ACTION = attrgetter("action")
+_INPUT = attrgetter("input")
 
 
 class _Batch:
@@ -501,56 +502,79 @@ class Union:
         self._wake()
         return inp
 
-    def feed(self, arrivals: Sequence[tuple[Emitter, Event]], *, chunk: int = 1024) -> int:
+    def feed(self, arrivals: Iterable[tuple[Emitter, Event]], *, chunk: int = 1024) -> int:
         """Send recorded arrivals ``(emitter, event)`` in their order, as credit allows.
 
         The batch path behind replaying a recording through a live union: the same as calling
         ``try_send`` on each in turn, but up to ``chunk`` arrivals go into the merge as one
         batch (one queue item, one wake-up, the policy run over it in one loop). Returns how
         many were sent: the first arrival without credit (after merging what was sent) stops
-        the feed, and the caller resumes from there.
+        the feed, and the caller resumes from there. ``feed_columns`` takes the same arrivals
+        as two parallel sequences, which spares building and splitting the pairs.
         """
-        if chunk <= 0:
-            raise ValueError(f"{self.name}.feed(): chunk must be > 0, got {chunk}")
+        self._check_chunk("feed", chunk)
         arrivals = iter(arrivals)
         sent = 0
         while True:
             block = list(islice(arrivals, chunk))
             if not block:
                 return sent
-            n = self._feed_block(block)
+            emitters, events = zip(*block)
+            n = self._feed_block(emitters, events)
             sent += n
             if n < len(block):
                 return sent
 
-    def _feed_block(self, block: list[tuple[Emitter, Event]]) -> int:
-        """One batch if every input in ``block`` has the credit for it and every event is an
+    def feed_columns(self, inputs: Sequence[Emitter], events: Sequence[Event], *,
+                     chunk: int = 1024) -> int:
+        """``feed`` for arrivals as columns: ``events[i]`` arrived from ``inputs[i]``."""
+        self._check_chunk("feed_columns", chunk)
+        if len(inputs) != len(events):
+            raise InputError(f"{self.name}.feed_columns(): {len(inputs)} inputs for "
+                             f"{len(events)} events; expected one input per event")
+        sent = 0
+        for lo in range(0, len(events), chunk):
+            emitters, block = inputs[lo:lo + chunk], events[lo:lo + chunk]
+            n = self._feed_block(emitters, block)
+            sent += n
+            if n < len(block):
+                break
+        return sent
+
+    def _check_chunk(self, who: str, chunk: object) -> None:
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
+            raise ValueError(f"{self.name}.{who}(): chunk must be a positive int, "
+                             f"got {chunk!r}")
+
+    def _feed_block(self, emitters: Sequence[Emitter], events: Sequence[Event]) -> int:
+        """One batch if every input in the block has the credit for it and every event is an
         ``Event`` already named after its input; otherwise halves, then arrival by arrival."""
-        emitters, events = zip(*block)
         counts = []
-        for emitter in set(emitters):
+        names = {}
+        for emitter, n in Counter(emitters).items():
             inp = getattr(emitter, "_input", None)
             if inp is None or inp.union is not self:
                 raise InputError(f"{self.name}.feed(): {emitter!r} is not an input of "
                                  f"this union")
-            counts.append((inp, emitters.count(emitter)))
+            counts.append((inp, n))
+            names[emitter] = inp.name
         fits = all(inp.requested - inp.received >= n for inp, n in counts)
-        if not fits and len(block) > 16:
-            half = len(block) // 2
-            sent = self._feed_block(block[:half])
+        if not fits and len(events) > 16:
+            half = len(events) // 2
+            sent = self._feed_block(emitters[:half], events[:half])
             if sent < half:
                 return sent
-            return sent + self._feed_block(block[half:])
-        if (not fits or set(map(type, events)) != {Event}
-                or list(map(_SOURCE, events)) != list(map(_INPUT_NAME, emitters))):
-            return self._feed_each(block)
+            return sent + self._feed_block(emitters[half:], events[half:])
+        if (not fits or list(map(type, events)).count(Event) != len(events)
+                or list(map(_SOURCE, events)) != list(map(names.__getitem__, emitters))):
+            return self._feed_each(emitters, events)
         counts.sort(key=lambda pair: id(pair[0]))  # one lock order for every feeder
         gates = [inp.gate for inp, _ in counts]
         for gate in gates:
             gate.acquire()
         try:
             if any(inp.left for inp, _ in counts):
-                return self._feed_each(block, locked=True)
+                return self._feed_each(emitters, events, locked=True)
             for inp, n in counts:
                 received = inp.received = inp.received + n
                 if received - inp.processed > inp.peak:
@@ -560,17 +584,18 @@ class Union:
             for gate in gates:
                 gate.release()
         self._wake()
-        return len(block)
+        return len(events)
 
-    def _feed_each(self, block: list[tuple[Emitter, Event]], locked: bool = False) -> int:
+    def _feed_each(self, emitters: Sequence[Emitter], events: Sequence[Event],
+                   locked: bool = False) -> int:
         """``feed`` arrival by arrival: stamps names, stops at the first without credit, and
         raises ClosedError at the first whose input has left (checked under its gate)."""
         if locked:  # called with the gates held: the closed input is named before any is sent
-            for emitter, _ in block:
+            for emitter in set(emitters):
                 if emitter._input.left:
                     emitter._check_open()  # raises: nothing of the block is sent
         sent = 0
-        for emitter, event in block:
+        for emitter, event in zip(emitters, events):
             inp = emitter._input
             if event is None:
                 raise TypeError(f"{self.name}.feed(): arrival {sent} has no event")
@@ -881,44 +906,63 @@ class Union:
         same accounting ``_step_item`` keeps event by event, per input, in bulk."""
         events = batch.events
         try:
-            state, emitted, late = step_many(self.policy, state, events)
+            state, emitted, late, ctis = step_many(self.policy, state, events)
         except Exception as err:
             raise _PolicyFailed() from err
+        counts = batch.counts
         by_name = batch.by_name
         inserts = {}
-        for inp, n in batch.counts:
+        for inp, n in counts:
             held = inp.requested - inp.processed
             inp.processed += n
             if held > inp.low_water >= held - n:
                 self._low = True
             inserts[inp] = n
-        kinds = list(map(_KIND, events))
-        ctis = kinds.count(CTI)
-        if ctis:  # arrived CTIs: per input count and latest (TS §3.4)
-            i = -1
-            for _ in range(ctis):
-                i = kinds.index(CTI, i + 1)
-                e = events[i]
-                inp = by_name[e.source]
-                inp.last_cti = e.start
-                inp.ctis += 1
-                inserts[inp] -= 1
-        for r in late:
-            inp = by_name[r.input]
-            if r.action == ADJUSTED:
-                inp.adjusted += 1  # the clipped copy is emitted: counted below
+        for e in ctis:  # arrived CTIs: per input count and latest (TS §3.4)
+            inp = by_name[e.source]
+            inp.last_cti = e.start
+            inp.ctis += 1
+            inserts[inp] -= 1
+        dropped = 0
+        if late:
+            self.late.push_many(late)  # TS §3.3
+            actions = list(map(_ACTION, late))
+            adjusted = actions.count(ADJUSTED)
+            dropped = len(late) - adjusted
+            if len(counts) == 1:
+                inp = counts[0][0]
+                inp.adjusted += adjusted
+                inp.dropped += dropped
+                inserts[inp] -= dropped
+            elif not adjusted:
+                for name, n in Counter(map(_INPUT, late)).items():
+                    inp = by_name[name]
+                    inp.dropped += n
+                    inserts[inp] -= n
             else:
-                inp.dropped += 1
-                inserts[inp] -= 1
+                for r in late:
+                    inp = by_name[r.input]
+                    if r.action == ADJUSTED:
+                        inp.adjusted += 1  # the clipped copy is emitted: counted below
+                    else:
+                        inp.dropped += 1
+                        inserts[inp] -= 1
         for inp, n in inserts.items():
             inp.emitted += n  # TS §3.4: each insert is emitted (maybe clipped) or dropped
-        if late:
-            self.late.push_many(late)
-        kinds = list(map(_KIND, emitted))
-        out_ctis = kinds.count(CTI)
+        ctis = len(ctis)
+        # TS §3.4 again: what was emitted beyond the surviving inserts are the output CTIs
+        out_ctis = len(emitted) - (len(events) - ctis - dropped)
         if out_ctis:
+            if out_ctis < 0:
+                raise _PolicyFailed() from RuntimeError(
+                    f"{self.policy!r}.step_many emitted {len(emitted)} events for "
+                    f"{len(events) - ctis} inserts of which {dropped} were dropped: each "
+                    "insert must be emitted once or dropped once (TS §3.4)")
             self._ctis += out_ctis
-            self._output_cti = emitted[len(kinds) - 1 - kinds[::-1].index(CTI)].start
+            for e in reversed(emitted):
+                if e.kind == CTI:
+                    self._output_cti = e.start
+                    break
         return state, emitted
 
     def _final(self) -> Event:

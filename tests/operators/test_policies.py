@@ -388,7 +388,8 @@ def test_step_many_decides_exactly_as_step_over_any_split(arrivals, delay, on_la
         rest = arrivals[cut:]
         while rest:
             k = data.draw(st.integers(1, len(rest)), label="batch size")
-            state, e, l = engine_step_many(policy, state, rest[:k])
+            state, e, l, c = engine_step_many(policy, state, rest[:k])
+            assert c == [a for a in rest[:k] if a.kind == CTI]
             emitted += e
             late += l
             rest = rest[k:]
@@ -398,5 +399,5 @@ def test_step_many_decides_exactly_as_step_over_any_split(arrivals, delay, on_la
 def test_step_many_without_events_returns_the_state_it_was_given():
     p = goldilocks(5)
     s = p.step(p.initial(), Event.cti(100))[0]
-    assert p.step_many(s, []) == (s, [], [])
-    assert p.step_many(p.initial(), []) == (p.initial(), [], [])
+    assert p.step_many(s, []) == (s, [], [], [])
+    assert p.step_many(p.initial(), []) == (p.initial(), [], [], [])

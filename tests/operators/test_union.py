@@ -284,7 +284,7 @@ batch_ops_strategy = st.lists(
 def test_batch_paths_match_the_reference_on_any_arrival_order(policy, on_late, ops, k,
                                                                prefetch, spare, initial,
                                                                final_cti, max_batch):
-    """try_send_many and feed queue whole batches that the policy runs over in one loop, and
+    """try_send_many, feed and feed_columns queue whole batches that the policy runs over in one loop, and
     batches() hands the output over in lists: on any interleaving, with any demand, the
     events out (flattened), the late records and the accounting are the reference model's.
     ``max_batch`` 0: a per-element subscriber on the same batch inputs."""
@@ -329,7 +329,11 @@ def test_batch_paths_match_the_reference_on_any_arrival_order(policy, on_late, o
                     open_(NAMES[i % k])
             block = [(open_inputs[NAMES[i % k]], build_event(spec, NAMES[i % k]))
                      for i, spec in arg]
-            sent = union.feed(block, chunk=1 + index)
+            if index % 2:
+                sent = union.feed(block, chunk=1 + index)
+            else:  # the same arrivals as columns
+                sent = union.feed_columns([em for em, _ in block], [e for _, e in block],
+                                          chunk=1 + index)
             arrivals.extend(event for _, event in block[:sent])
         elif name in open_inputs:
             emitter = open_inputs.pop(name)
