@@ -10,6 +10,10 @@
     b.try_send(Event.point(t)); await b.send(e); b.send_blocking(e, timeout=1.0)
     a.remove(); b.complete(); union.close()    # completes when closed and all inputs left
 
+    # the batch path: arrivals in, lists out (same events, same order, less per event)
+    b.try_send_many(events); union.feed_columns(emitters, events)
+    union.batches(max_batch=1024).subscribe(list_subscriber)
+
 Marble timeline (delay 5, goldilocks)::
 
     A:      5 ---- |5 ---------- 7 -- |8 --------
@@ -22,6 +26,8 @@ from it, runs the policy's pure step (``engine.policy``), and emits while downst
 lasts (RS §1.1); late records go to the side output. Inputs get credit: each at most
 ``prefetch`` events requested-or-queued, and all together at most ``max_buffered`` (TS §4.4),
 so producer churn cannot exhaust memory; credit is replenished as events leave the queue.
+A batch of arrivals (``try_send_many``, ``feed``, ``feed_columns``) is one queue item that the
+policy runs over in one call (``step_many``); ``batches()`` hands the output on as lists.
 
 The union is hot: it keeps merging (within its bounds) while no one is subscribed, and a new
 subscriber continues where the previous one cancelled. After the union ends, a subscriber gets
@@ -565,8 +571,12 @@ class Union:
             if sent < half:
                 return sent
             return sent + self._feed_block(emitters[half:], events[half:])
+        # each event named after its input: sources mapped to the inputs' own name strings
+        # first, so the comparison is by identity (equal strings built apart compare slowly)
+        own = {name: name for name in names.values()}
         if (not fits or list(map(type, events)).count(Event) != len(events)
-                or list(map(_SOURCE, events)) != list(map(names.__getitem__, emitters))):
+                or list(map(own.get, map(_SOURCE, events)))
+                != list(map(names.__getitem__, emitters))):
             return self._feed_each(emitters, events)
         counts.sort(key=lambda pair: id(pair[0]))  # one lock order for every feeder
         gates = [inp.gate for inp, _ in counts]
