@@ -3,6 +3,8 @@
 - ``union_inline``: ``Union`` + ``goldilocks`` on the calling thread; four emitters fed
   round-robin with ``try_send`` into a counting subscriber that requests in large batches.
 - ``union_feed``: the same, through the batch path ``Union.feed`` (same arrival order).
+- ``union_batches``: the batch path end to end: ``Union.feed_columns`` in, ``Union.batches()``
+  out, into a subscriber that counts lists (same arrival order).
 - ``union_threads``: the same union fed by four producer threads (``send_blocking``).
 - ``union_asyncio``: the same union fed by four asyncio tasks (``await send``).
 - ``cti_sync``: ``pipe(from_iterable(merged), cti_sync(delay))`` — one stream, no union.
@@ -19,6 +21,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -34,7 +37,8 @@ from operators.union import Union
 
 from benchmarks.workload import DELAY, Counts, Workload
 
-__all__ = ["CountingSubscriber", "union_inline", "union_feed", "union_threads", "union_asyncio",
+__all__ = ["CountingSubscriber", "CountingBatchSubscriber", "union_inline", "union_feed",
+           "union_batches", "union_threads", "union_asyncio",
            "cti_sync",
            "columnar", "replay_jsonl", "replay_parquet", "slow_subscriber_memory",
            "RSSSampler", "WAIT"]
@@ -104,6 +108,40 @@ class CountingSubscriber:
                                  "(TS §2.1)")
 
 
+class CountingBatchSubscriber(CountingSubscriber):
+    """``CountingSubscriber`` for ``Union.batches()``: each element is a list of events;
+    demand counts lists (requests ``batch`` lists, tops up by half)."""
+
+    __slots__ = ()
+
+    def __init__(self, batch: int = 64) -> None:
+        super().__init__(batch)
+
+    def on_next(self, events: Any) -> None:
+        kinds = list(map(_KIND, events))
+        ctis = kinds.count(CTI)
+        if ctis:
+            last = self.last_cti
+            for e in events:
+                if e.kind == CTI:
+                    if last is not None and e.start <= last:
+                        self.backwards += 1
+                    last = e.start
+            self.last_cti = last
+            self.ctis += ctis
+        self.inserts += len(kinds) - ctis
+        left = self._left - 1
+        if left:
+            self._left = left
+        else:
+            half = self.batch // 2
+            self._left = half
+            self.subscription.request(half)
+
+
+_KIND = attrgetter("kind")
+
+
 def _union_result(who: str, union: Union, sub: CountingSubscriber,
                   sent_inserts: int) -> tuple[Counts, int]:
     """Counts seen by the subscriber, late from the union's accounting; cross-checked."""
@@ -153,6 +191,25 @@ def union_feed(w: Workload) -> tuple[Counts, int]:
     union.close()
     sub.wait("union_feed")
     return _union_result("union_feed", union, sub, w.inserts)
+
+
+def union_batches(w: Workload) -> tuple[Counts, int]:
+    """The batch path end to end, same arrival order as ``union_inline``: the arrivals as two
+    columns into ``Union.feed_columns`` (1,024 per batch), the output as lists of up to 1,024
+    events from ``Union.batches()`` into a subscriber that counts them."""
+    union = Union(goldilocks(DELAY))
+    emitters = [union.open_input(name) for name in w.names]
+    sub = CountingBatchSubscriber()
+    union.batches(1024).subscribe(sub)
+    sent = union.feed_columns(list(map(emitters.__getitem__, w.source_index)), w.merged)
+    if sent != w.n:
+        raise BenchmarkError(f"union_batches: fed {sent} of {w.n} arrivals; the inline merge "
+                             "should have replenished credit")
+    for em in emitters:
+        em.complete()
+    union.close()
+    sub.wait("union_batches")
+    return _union_result("union_batches", union, sub, w.inserts)
 
 
 def union_threads(w: Workload) -> tuple[Counts, int]:

@@ -39,7 +39,7 @@ def test_every_implementation_ran_and_agreed(rows):
     for row in rows:
         assert len(row.rates) == 1 and row.rates[0] > 0, row.name
     deterministic = {"plain_loop", "step_loop", "rxpy", "asyncio_queues", "thread_queues", "numpy",
-                     "union_inline", "union_feed", "cti_sync", "columnar", "replay_jsonl",
+                     "union_inline", "union_feed", "union_batches", "cti_sync", "columnar", "replay_jsonl",
                      "replay_parquet"}
     for row in rows:
         if row.name in deterministic:
