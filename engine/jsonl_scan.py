@@ -79,22 +79,26 @@ class Payloads:
 
     The scanner has already checked that the payloads are valid, canonical JSON; the values
     are only needed when a row is re-encoded (the merge of several files, the element path),
-    so the common columnar replay of one file never builds them. A read-only sequence; equal
-    to a list with the same items.
+    so the common columnar replay of one file never builds them. Row ``rows[j]``'s payload
+    is the JSON text ``buffer[p0[j]:p1[j]]``. A read-only sequence; equal to a list with the
+    same items.
     """
 
-    __slots__ = ("n", "rows", "joined", "_items")
+    __slots__ = ("n", "rows", "buffer", "p0", "p1", "_items")
 
-    def __init__(self, n: int, rows: np.ndarray, joined: bytes) -> None:
+    def __init__(self, n: int, rows: np.ndarray, buffer: np.ndarray, p0: np.ndarray,
+                 p1: np.ndarray) -> None:
         self.n = n
         self.rows = rows
-        self.joined = joined  # ``[P0,P1,…]``: the payloads of ``rows``, as one JSON array
+        self.buffer = buffer
+        self.p0 = p0
+        self.p1 = p1
         self._items: list | None = None
 
     def _list(self) -> list:
         items = self._items
         if items is None:
-            values = orjson.loads(self.joined)
+            values = orjson.loads(_json_array(self.buffer, self.p0, self.p1))
             if len(values) == self.n:
                 items = values
             else:
@@ -383,27 +387,70 @@ def gather(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
     return a[np.repeat(keep, np.diff(bounds))]
 
 
-def _payloads(a: np.ndarray, w: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
-              p1: np.ndarray) -> Payloads:
-    """Check the payloads ``a[p0:p1]`` of ``rows``: one valid JSON value each, in canonical
-    form (orjson re-encodes the whole block to the same bytes), not ``null``."""
-    if not len(rows):
-        return Payloads(n, rows, b"[]")
-    if ((p1 - p0 == 4) & _is(w[p0], b"null")).any():
-        raise _NotFlat  # a null payload is omitted from the canonical line
-    # each payload with the byte after it (the record's closing brace) turned into a comma
+def _json_array(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bytes:
+    """``[P0,P1,…]`` of the JSON texts ``a[p0[j]:p1[j]]``, each followed by one byte in ``a``
+    (here the record's closing brace) that becomes the separator."""
+    if not len(p0):
+        return b"[]"
     body = gather(a, p0, p1 + 1)
     body[np.cumsum(p1 + 1 - p0) - 1] = ord(",")
     body[-1] = ord("]")
-    joined = b"[" + body.tobytes()
-    try:
-        values = orjson.loads(joined)
-        # one value per row, each re-encoded to its own bytes: canonical
-        if len(values) != len(rows) or orjson.dumps(values) != joined:
-            raise _NotFlat
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-        raise _NotFlat from None
-    return Payloads(n, rows, joined)
+    return b"[" + body.tobytes()
+
+
+#: payloads longer than this many bytes are all checked, without looking for repeats
+_REPEAT_WIDTH = 64
+_HASH_BITS = 16
+_MIX = _U(0x9E3779B97F4A7C15)
+
+
+def _firsts(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
+    """Indices ``j`` such that every payload ``a[p0:p1]`` is byte for byte one of them.
+
+    Device payloads repeat (status words, small readings): each payload is hashed from its
+    bytes into a table of slots; a payload equal to the one that holds its slot need not be
+    checked again. Whichever payload a slot ends up with, it holds its own slot and is
+    returned; a payload that differs from its slot's holder is returned too, so nothing is
+    left unchecked. O(payloads), no sort."""
+    n = len(p0)
+    every = np.arange(n)
+    lens = p1 - p0
+    width = int(lens.max())
+    if n < 256 or width > _REPEAT_WIDTH:
+        return every
+    width = (width + 7) // 8 * 8
+    rows = np.lib.stride_tricks.sliding_window_view(a, width)[p0]
+    rows = np.where(np.arange(width) < lens[:, None], rows, 0).astype(np.uint8)
+    words = rows.view("<u8")
+    h = lens.astype(np.uint64)
+    for j in range(words.shape[1]):
+        h = (h ^ words[:, j]) * _MIX
+    slot = (h >> _U(64 - _HASH_BITS)).astype(np.intp)
+    holder = np.empty(1 << _HASH_BITS, np.intp)
+    holder[slot] = every
+    first = holder[slot]
+    same = (lens == lens[first]) & (words == words[first]).all(axis=1)
+    return np.flatnonzero((first == every) | ~same)
+
+
+def _payloads(a: np.ndarray, w: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
+              p1: np.ndarray) -> Payloads:
+    """Check the payloads ``a[p0:p1]`` of ``rows``: one valid JSON value each, in canonical
+    form (orjson re-encodes them to the same bytes: the distinct ones, in one round trip),
+    not ``null``."""
+    if len(rows):
+        if ((p1 - p0 == 4) & _is(w[p0], b"null")).any():
+            raise _NotFlat  # a null payload is omitted from the canonical line
+        check = _firsts(a, p0, p1)
+        joined = _json_array(a, p0[check], p1[check])
+        try:
+            values = orjson.loads(joined)
+            # one value per payload, each re-encoded to its own bytes: canonical
+            if len(values) != len(check) or orjson.dumps(values) != joined:
+                raise _NotFlat
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+            raise _NotFlat from None
+    return Payloads(n, rows, a, p0, p1)
 
 
 # -- the scan --------------------------------------------------------------------------

@@ -257,3 +257,59 @@ def test_names_get_the_record_parsers_codes_across_blocks(blocks_):
             got = found[2]
         assert got.tolist() == want.source.tolist()
         assert table.names == exact.names
+
+
+# payload texts: canonical, valid but not canonical, and not JSON at all; long enough to
+# cross word boundaries and the width beyond which repeats are not looked for
+payload_texts = st.sampled_from([
+    b'{"v":1}', b'{"v":12}', b'{"v":123456789}', b'{"v":1234567890123}', b'[1,2,3]', b'"ab"',
+    b'{"name":"sensor-0001","reading":21,"ok":true}', b'{"k":"' + b"x" * 70 + b'"}',
+    b'7', b'-7', b'true', b'{"v":1.5}',
+    b'{"v":1.0}', b'{"v":01}', b'{"v":1,"v":2}', b'{"v":-0}', b'1e3', b'{"v" :1}',
+    b'{"v":1', b'[1,2', b'nul', b'{"k":"' + b"x" * 70 + b'"', b'{"v":"\xe2\x82"}'])
+
+
+def _canonical(text: bytes) -> bool:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return value is not None and orjson.dumps(value) == text
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(payload_texts, min_size=1, max_size=4), st.data())
+def test_many_repeated_payloads_are_checked_as_one_round_trip_would(texts, data):
+    # >= 256 payloads: the scanner checks each distinct payload once; the block must still be
+    # refused whenever any payload in it is not canonical JSON, wherever it is
+    n = data.draw(st.integers(256, 700), label="rows")
+    picks = data.draw(st.lists(st.integers(0, len(texts) - 1), min_size=n, max_size=n),
+                      label="picks")
+    raw = b"".join(b'{"seq":%d,"source":"A","kind":"insert","start":5,"payload":%b}\n'
+                   % (i, texts[j]) for i, j in enumerate(picks))
+    found = scan_block(raw, None, SourceTable(), -(2**63))
+    used = {texts[j] for j in picks}
+    if all(_canonical(t) for t in used):
+        assert found is not None
+        assert found[7] == [orjson.loads(texts[j]) for j in picks]
+    else:
+        assert found is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=70), min_size=1, max_size=12), st.data())
+def test_firsts_cover_every_payload(texts, data):
+    from engine.jsonl_scan import _firsts
+
+    picks = data.draw(st.lists(st.integers(0, len(texts) - 1), min_size=256, max_size=600))
+    buf = bytearray()
+    p0, p1 = [], []
+    for j in picks:
+        p0.append(len(buf))
+        buf += texts[j]
+        p1.append(len(buf))
+        buf += b"}"
+    a = np.frombuffer(bytes(buf) + bytes(256), np.uint8)
+    firsts = _firsts(a, np.array(p0), np.array(p1))
+    checked = {bytes(buf[p0[j]:p1[j]]) for j in firsts.tolist()}
+    assert {texts[j] for j in picks} <= checked
