@@ -269,3 +269,37 @@ def test_speed_needs_arrival_times(seed_log):
 def test_bad_speed_is_refused(seed_log):
     with pytest.raises(InputError, match="speed"):
         replay([seed_log], delay="5m", speed="fast")
+
+
+# -- the columnar writer's vectorised lines ---------------------------------------------
+
+_times = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-20, 20),
+                   st.sampled_from([10**k for k in range(19)] + [-(10**k) for k in range(19)]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["A", "dev-7", "é", "x" * 40]),
+                          _times.filter(lambda t: t < 2**63 - 1),
+                          st.booleans(), st.sampled_from([None, 1, {"v": 2}, "s" * 300])),
+                min_size=1, max_size=30),
+       st.lists(st.tuples(_times, st.booleans()), min_size=1, max_size=30), st.data())
+def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data):
+    import numpy as np
+
+    from engine.eventlog import SourceTable, insert_line, insert_prefix, late_line
+    from engine.jsonl_scan import scan_block
+    from engine.replay import _late_text
+
+    lines = [insert_line(insert_prefix(src), t, t + 1 if interval and t < 2**62 else None, p)
+             for src, t, interval, p in rows]
+    found = scan_block(b"".join(lines), None, SourceTable(), -(2**63))
+    assert found is not None
+    raw = found[8]
+    picks = sorted(data.draw(st.sets(st.integers(0, len(rows) - 1), min_size=1)))
+    lates = (lates * len(picks))[:len(picks)]
+    cti = np.array(sorted(c for c, _ in lates), np.int64)  # CTIs in force never go back
+    adjusted = np.array([a for _, a in lates], np.bool_)
+    got = _late_text(raw, np.array(picks), cti, adjusted).tobytes()
+    want = b"".join(late_line(lines[i], c, "adjusted" if a else "dropped", c if a else None)
+                    for i, c, a in zip(picks, cti.tolist(), adjusted.tolist()))
+    assert got == want
