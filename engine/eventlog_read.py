@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from engine.errors import BadRecordError, InputError, TimeFormatError
-from engine.jsonl_scan import scan_block
+from engine.jsonl_scan import PAD, scan_block
 from engine.times import MAX_TIME, to_ns
 
 __all__ = [
@@ -453,10 +453,11 @@ def _jsonl_fast(lines: list[bytes], first_line: int, st: _FileState) -> Columns:
                  np.arange(first_line, first_line + len(lines), dtype=np.int64))
 
 
-def _jsonl_scanned(data: bytes, first_line: int, st: _FileState) -> Columns | None:
-    """A block of whole lines read by the vectorised scanner, or ``None`` if it is not all in
-    the flat shape (or its order keys go backwards): the record parsers then take it."""
-    found = scan_block(data, st.mode, st.table, st.last_key)
+def _jsonl_scanned(buf: bytearray, size: int, first_line: int, st: _FileState) -> Columns | None:
+    """The block ``buf[:size]`` of whole lines read by the vectorised scanner (in place:
+    ``buf`` has ``PAD`` spare bytes after it), or ``None`` if it is not all in the flat shape
+    (or its order keys go backwards): the record parsers then take it."""
+    found = scan_block(buf, st.mode, st.table, st.last_key, size)
     if found is None:
         return None
     mode, kind, source, start, end, has_end, key, payload, raw = found
@@ -481,27 +482,34 @@ def _jsonl_chunk(lines: list[bytes], first_line: int, st: _FileState, last: bool
 
 
 def _read_jsonl(st: _FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
-    with open(st.path, "rb") as f:
+    # Each block is read into a fresh buffer after the previous block's unfinished line, with
+    # room for the scanner's padding, so the scanner works on it in place: no copies.
+    with open(st.path, "rb", buffering=0) as f:
         rest = b""
         line = 1
         while True:
-            block = f.read(CHUNK_BYTES)
-            if not block:
+            held = len(rest)
+            buf = bytearray(held + CHUNK_BYTES + PAD)
+            buf[:held] = rest
+            with memoryview(buf) as view:
+                got = f.readinto(view[held:held + CHUNK_BYTES])
+            if not got:
                 break
             if on_bytes is not None:
-                on_bytes(len(block))
-            buf = rest + block if rest else block
-            cut = buf.rfind(b"\n")
+                on_bytes(got)
+            end = held + got
+            cut = buf.rfind(b"\n", 0, end)
             if cut < 0:
-                rest = buf
+                rest = bytes(buf[:end])
                 continue
-            rest = buf[cut + 1:]
-            scanned = _jsonl_scanned(buf[:cut + 1], line, st)
+            rest = bytes(buf[cut + 1:end])
+            scanned = _jsonl_scanned(buf, cut + 1, line, st)
             if scanned is not None:
                 yield scanned
                 line += len(scanned)
                 continue
-            lines = buf[:cut].split(b"\n")
+            lines = bytes(buf[:cut]).split(b"\n")
+            del buf
             yield _jsonl_chunk(lines, line, st, False)
             line += len(lines)
         if rest.strip():

@@ -32,14 +32,14 @@ from typing import Any, Iterator
 import numpy as np
 import orjson
 
-__all__ = ["RawLines", "Payloads", "scan_block", "MAX_NAME"]
+__all__ = ["RawLines", "Payloads", "scan_block", "gather", "MAX_NAME", "PAD"]
 
 #: names longer than this many bytes are looked up one by one instead of vectorised
 MAX_NAME = 32
 
-# bytes after the block: every word read (up to 24 bytes past a line's last examined byte)
-# stays inside the buffer, and so do fixed-width windows over the last lines
-_PAD = 256
+#: bytes after the block: every word read (up to 24 bytes past a line's last examined
+#: byte) stays inside the buffer, and so do fixed-width windows over the last lines
+PAD = 256
 
 
 class RawLines:
@@ -141,12 +141,8 @@ _HIGH = _U(0x8080808080808080)
 _TENS = _U(0x0A0A0A0A0A0A0A0A)
 _QUOTES = _U(0x2222222222222222)
 _ASCII0 = _U(0x3030303030303030)
+_ALL = _U(2**64 - 1)
 _INT64_MAX = _U(2**63 - 1)
-#: per count d of leading digit bytes: the mask that keeps them, the left shift that moves
-#: them to the word's high end, and the ``'0'`` bytes that fill the low end
-_KEEP = np.array([(1 << 8 * d) - 1 for d in range(9)], np.uint64)
-_SHIFT = np.array([8 * (8 - d) if d else 0 for d in range(9)], np.uint64)
-_FILL = np.array([0x3030303030303030 & ((1 << 8 * (8 - d)) - 1) for d in range(9)], np.uint64)
 _POW10 = np.array([10**d for d in range(9)], np.uint64)
 
 
@@ -176,15 +172,14 @@ def _is(x: np.ndarray, lit: bytes) -> np.ndarray:
 
 if hasattr(np, "bitwise_count"):
     def _first_flagged(m: np.ndarray) -> np.ndarray:
-        """The index (0..7) of the first byte whose high bit is set in ``m``, 8 if none;
-        ``m`` has no other bits set."""
-        low = m & (~m + _U(1))  # the lowest set bit (0 if none)
-        return np.bitwise_count(low - _U(1)).astype(np.int64) >> 3
+        """The index (0..7, uint8) of the first byte whose high bit is set in ``m``, 8 if
+        none; ``m`` has no other bits set."""
+        return np.bitwise_count((m - _U(1)) & ~m) >> np.uint8(3)  # trailing zero bits / 8
 else:  # pragma: no cover - numpy < 2
     def _first_flagged(m: np.ndarray) -> np.ndarray:
         low = m & (~m + _U(1))
         exp = np.frexp(low.astype(np.float64))[1].astype(np.int64)  # 8 k + 8 for byte k
-        return np.where(low == 0, 8, (exp >> 3) - 1)
+        return np.where(low == 0, 8, (exp >> 3) - 1).astype(np.uint8)
 
 
 def _digit_count(x: np.ndarray) -> np.ndarray:
@@ -211,8 +206,18 @@ def _eight_digits(word: np.ndarray) -> np.ndarray:
 
 
 def _leading_value(x: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """The value of the first ``d`` (0..8) digit bytes of each word."""
-    return _eight_digits(((x & _KEEP[d]) << _SHIFT[d]) | _FILL[d])
+    """The value of the first ``d`` (0..8) digit bytes of each word: shifted to the word's
+    high end (the bytes after them fall off; numpy shifts by 64 give 0), ``'0'`` below."""
+    if d.min() == 8:
+        return _eight_digits(x)
+    shift = (np.uint8(8) - d) << np.uint8(3)
+    return _eight_digits((x << shift) | (_ASCII0 & ~(_ALL << shift)))
+
+
+def _power(d: np.ndarray) -> np.ndarray | np.uint64:
+    """10 ** d for digit counts 0..8 (one number when they are all the same)."""
+    low = int(d.min())
+    return _POW10[low] if low == d.max() else _POW10[d]
 
 
 def _number(a: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -220,44 +225,55 @@ def _number(a: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np
     non-integer, a leading zero, ``-0`` or a value beyond int64 raises ``_NotFlat``."""
     if not len(p):
         return np.zeros(0, np.int64), p
-    neg = a[p] == ord("-")
-    p = p + neg
     x = w[p]
+    neg = (x & _U(0xFF)) == _U(ord("-"))
+    if neg.any():
+        p = p + neg
+        x = np.where(neg, w[p], x)
+    first = x & _U(0xFF)
     d = _digit_count(x)
     length = d
     value = _leading_value(x, d)
     more = d == 8
-    if more.any():  # up to 19 digits: two more words
+    if more.any():  # up to 19 digits: two more words (a shorter number adds 0 digits)
         x = w[p + 8]
-        d = np.where(more, _digit_count(x), 0)
+        d = _digit_count(x)
+        if not more.all():
+            d = np.where(more, d, np.uint8(0))
         length = length + d
-        value = np.where(more, value * _POW10[d] + _leading_value(x, d), value)
+        value = value * _power(d) + _leading_value(x, d)
         more &= d == 8
         if more.any():
             x = w[p + 16]
-            d = np.where(more, _digit_count(x), 0)
+            d = np.where(more, _digit_count(x), np.uint8(0))
             if (d > 3).any():
                 raise _NotFlat  # more than 19 digits
             length = length + d
-            value = np.where(more, value * _POW10[d] + _leading_value(x, d), value)
+            value = value * _power(d) + _leading_value(x, d)
     if not length.all():
         raise _NotFlat  # no digit
-    if ((a[p] == ord("0")) & (length > 1)).any():
+    if ((first == _U(ord("0"))) & (length > 1)).any():
         raise _NotFlat  # a leading zero: not a JSON number
     # 19 digits can exceed int64 (but not uint64); -0 is not canonical
-    if (value > _INT64_MAX + neg.astype(np.uint64)).any() or (neg & (value == 0)).any():
+    if neg.any():
+        if (value > _INT64_MAX + neg.astype(np.uint64)).any() or (neg & (value == 0)).any():
+            raise _NotFlat
+        out = value.view(np.int64)
+        np.negative(out, out=out, where=neg)  # -(2**63) wraps onto itself, as it should
+        return out, p + length
+    if (value > _INT64_MAX).any():
         raise _NotFlat
-    out = value.view(np.int64)
-    np.negative(out, out=out, where=neg)  # -(2**63) wraps onto itself, as it should
-    return out, p + length
+    return value.view(np.int64), p + length
 
 
 # -- names -----------------------------------------------------------------------------
 
 
-def _name_ends(raw: bytes, w: np.ndarray, s0: np.ndarray) -> np.ndarray:
-    """Where each name starting at ``s0`` ends: its closing quote (names hold no escape)."""
-    length = _quote_at(w[s0])
+def _name_ends(raw: bytes, w: np.ndarray, s0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each name starting at ``s0`` ends (its closing quote: names hold no escape),
+    and the name's first word."""
+    head = w[s0]
+    length = _quote_at(head)
     rows = np.flatnonzero(length == 8)
     for k in range(1, MAX_NAME // 8):
         if not len(rows):
@@ -270,7 +286,7 @@ def _name_ends(raw: bytes, w: np.ndarray, s0: np.ndarray) -> np.ndarray:
         if end < 0:
             raise _NotFlat
         length[i] = end - s0[i]
-    return s0 + length
+    return s0 + length, head
 
 
 def _short_names(raw: bytes, words: np.ndarray, rows: np.ndarray, s0: np.ndarray,
@@ -312,9 +328,10 @@ def _short_names(raw: bytes, words: np.ndarray, rows: np.ndarray, s0: np.ndarray
     return codes
 
 
-def _names(raw: bytes, w: np.ndarray, s0: np.ndarray, s1: np.ndarray, table: Any,
+def _names(raw: bytes, head: np.ndarray, s0: np.ndarray, s1: np.ndarray, table: Any,
            n: int, has: np.ndarray) -> np.ndarray:
-    """Source codes for the names ``raw[s0:s1]`` of the rows ``has`` (others: -1)."""
+    """Source codes for the names ``raw[s0:s1]`` of the rows ``has`` (others: -1); ``head``:
+    each name's first word."""
     codes = np.full(n, -1, np.int32)
     if not has.any():
         return codes
@@ -326,14 +343,14 @@ def _names(raw: bytes, w: np.ndarray, s0: np.ndarray, s1: np.ndarray, table: Any
         # one word per name, masked to its length and tagged with it: an 8-byte name would
         # need a control character as its last byte to equal a shorter name's tagged word,
         # and control characters are refused
-        words = (w[a0] & _KEEP[length.astype(np.int64)]) ^ (length << _U(56))
+        words = (head[rows] & ~(_ALL << (length << _U(3)))) ^ (length << _U(56))
         codes[rows] = _short_names(raw, words, rows, s0, s1, table)
         return codes
     if width > MAX_NAME:
         uniq: dict[bytes, int] = {}
         firsts: list[int] = []
         index: list[int] = []
-        for i, x in enumerate([raw[i:j] for i, j in zip(a0.tolist(), a1.tolist())]):
+        for i, x in enumerate([bytes(raw[i:j]) for i, j in zip(a0.tolist(), a1.tolist())]):
             c = uniq.get(x)
             if c is None:
                 c = uniq[x] = len(firsts)
@@ -456,9 +473,13 @@ def _payloads(a: np.ndarray, w: np.ndarray, n: int, rows: np.ndarray, p0: np.nda
 # -- the scan --------------------------------------------------------------------------
 
 
-def scan_block(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple | None:
-    """Scan a block of whole lines (``raw`` ends with a newline). ``None``: not all flat.
+def scan_block(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
+               size: int | None = None) -> tuple | None:
+    """Scan a block of whole lines. ``None``: not all flat.
 
+    The block is ``raw`` (ending with a newline), or with ``size`` the first ``size`` bytes of
+    the bytearray ``raw``, which must have at least ``PAD`` more bytes after them (any bytes:
+    they are never read as part of a record) and is then used in place instead of copied.
     ``mode`` is the file's order key (``None``: decided by the first line here); ``last_key``
     the previous record's key, which the block's keys must not go below (TS §5.2). Returns
     ``(mode, kind, source, start, end, has_end, key, payload, raw_lines)`` with the columns of
@@ -467,23 +488,34 @@ def scan_block(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple
     block is flat.
     """
     try:
-        return _scan(raw, mode, table, last_key)
+        return _scan(raw, mode, table, last_key, size)
     except _NotFlat:
         return None
 
 
-def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
-    size = len(raw)
-    if not size or raw[-1] != 0x0A or b"\\" in raw:  # an escape: the exact parsers decide
-        raise _NotFlat
-    if not raw.isascii():
+def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
+          size: int | None) -> tuple:
+    if size is None:
+        size = len(raw)
+        if not size or raw[-1] != 0x0A or b"\\" in raw:  # an escape: the exact parsers decide
+            raise _NotFlat
+        ascii_only = raw.isascii()
+        padded = bytearray(size + PAD)
+        padded[:size] = raw
+    else:
+        if len(raw) < size + PAD:
+            raise ValueError(f"scan_block: {len(raw) - size} bytes after the block; "
+                             f"expected at least {PAD}")
+        if not size or raw[size - 1] != 0x0A or raw.find(b"\\", 0, size) >= 0:
+            raise _NotFlat
+        ascii_only = raw.isascii()  # the bytes after the block too: if not, decide below
+        padded = raw
+    if not ascii_only:
         try:
-            raw.decode("utf-8")  # fine if the block is valid UTF-8
+            str(memoryview(raw)[:size], "utf-8")  # fine if the block is valid UTF-8
         except UnicodeDecodeError:
             raise _NotFlat from None
-    padded = bytearray(size + _PAD)
-    padded[:size] = raw
-    a = np.frombuffer(padded, np.uint8)
+    a = np.frombuffer(padded, np.uint8, count=size + PAD)
     w = _words(a)
     nl = np.flatnonzero(a[:size] < 0x20)
     if (a[nl] != 0x0A).any():  # control characters are never valid here (\r included)
@@ -522,7 +554,7 @@ def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
     # "source":"NAME", (absent only on a CTI), then "kind":"
     has_source = _is(w[at], b'"source"') & _is(w[at + 8], b':"')
     s0 = at + 10
-    s1 = _name_ends(raw, w, np.where(has_source, s0, at))
+    s1, head = _name_ends(raw, w, np.where(has_source, s0, at))
     k = np.where(has_source, s1 + 2, at)
     # a name ends on its own line; each field then starts where the one before ended, none
     # crosses a newline, so the newline a literal ends with is the line's own
@@ -585,7 +617,7 @@ def _scan(raw: bytes, mode: str | None, table: Any, last_key: int) -> tuple:
     if not timed.all():
         end[~timed] = 0
 
-    source = _names(raw, w, s0, s1, table, n, has_source)
+    source = _names(raw, head, s0, s1, table, n, has_source)
     data = a[:size]
     data[body] = ord("{")
     lines = RawLines(data, body, nl + 1, start_at, a)

@@ -313,3 +313,58 @@ def test_firsts_cover_every_payload(texts, data):
     firsts = _firsts(a, np.array(p0), np.array(p1))
     checked = {bytes(buf[p0[j]:p1[j]]) for j in firsts.tolist()}
     assert {texts[j] for j in picks} <= checked
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocks(), st.binary(max_size=300))
+def test_scanning_in_place_ignores_the_bytes_after_the_block(raw, after):
+    # the reader scans its buffer in place; what follows the block there (the start of the
+    # next line, then zeros) must change nothing
+    from engine.jsonl_scan import PAD
+
+    copied = scan_block(raw, None, SourceTable(), -(2**63))
+    buf = bytearray(raw + after + bytes(PAD))
+    in_place = scan_block(buf, None, SourceTable(), -(2**63), len(raw))
+    if copied is None:
+        assert in_place is None
+        return
+    assert in_place is not None
+    for x, y in zip(copied[1:7], in_place[1:7]):
+        assert (x is None and y is None) or x.tolist() == y.tolist()
+    assert copied[0] == in_place[0] and copied[7] == in_place[7]
+    lines_a, lines_b = copied[8], in_place[8]
+    assert [lines_a.line(i) for i in range(len(copied[1]))] == \
+           [lines_b.line(i) for i in range(len(copied[1]))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["A", "dev-1", "é"]), st.integers(0, 10**12),
+                          st.sampled_from(["flat", "spaced", "blank"])), max_size=30),
+       st.sampled_from([7, 40, 128, 4096]), st.booleans())
+def test_reading_in_blocks_of_any_size_gives_the_same_records(rows, chunk, newline_at_end):
+    # blocks shorter than a line, lines split across blocks, flat and other blocks mixed: the
+    # records and their line numbers do not depend on where the reader's blocks end
+    import tempfile
+
+    import engine.eventlog_read as reader
+    from engine.eventlog import read_records
+
+    lines = []
+    for i, (src, t, shape) in enumerate(rows):
+        rec = orjson.dumps({"seq": i, "source": src, "kind": "insert", "start": t})
+        lines.append(b"" if shape == "blank" else
+                     rec.replace(b",", b", ") if shape == "spaced" else rec)
+    data = b"\n".join(lines) + (b"\n" if newline_at_end else b"")
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/log.jsonl"
+        with open(path, "wb") as f:
+            f.write(data)
+        want = list(read_records([path]))
+        saved = reader.CHUNK_BYTES
+        reader.CHUNK_BYTES = chunk
+        try:
+            got = list(read_records([path]))
+        finally:
+            reader.CHUNK_BYTES = saved
+    assert got == want
+    assert [r["line"] for r in got] == [i + 1 for i, (_, _, s) in enumerate(rows) if s != "blank"]
