@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import gc
 import os
+import queue
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Protocol, Sequence
@@ -322,8 +324,8 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     gc.disable()
     chunks = None
     try:
-        chunks = merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
-                               modes=modes)
+        chunks = _ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
+                                      modes=modes))
         if columnar:
             result = _run_columnar(pol, chunks, table, out_sink, late_sink, plot)
         else:
@@ -331,7 +333,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
                                    clock or SystemClock(), modes)
     finally:
         if chunks is not None:
-            chunks.close()
+            chunks.close()  # stops the reading thread if the replay ended early
         if collecting:
             gc.enable()
         bar.close()
@@ -352,6 +354,64 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
         adjusted=totals["adjusted"], skipped=skipped if bad.mode == "skip" else 0,
         quarantined=skipped if bad.mode == "quarantine" else 0, final_cti=totals["final"],
         seconds=time.perf_counter() - began, plot=plot_data)
+
+
+class _Raised:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+def _ahead(chunks, depth: int = 2):
+    """Iterate ``chunks`` while a helper thread reads and parses the next ones.
+
+    Reading, scanning and merging (mostly file reads and numpy, which release the GIL) then
+    overlap the policy and the writing on a second core. The chunks, their order and any error
+    are exactly those of ``chunks`` (an error is raised here after the chunks before it), so
+    the output does not change (TS §5.1). Memory: at most ``depth`` chunks waiting plus the
+    one being read. Closing this generator stops the helper, which closes ``chunks``.
+    """
+    waiting: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        last: object = _DONE
+        try:
+            for chunk in chunks:
+                if stop.is_set():
+                    break
+                waiting.put(chunk)
+        except BaseException as err:  # handed to the consumer and raised there, in order
+            last = _Raised(err)
+        finally:
+            try:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+            finally:
+                waiting.put(last)  # always the helper's final item
+
+    helper = threading.Thread(target=produce, name="goldilocks-replay-read", daemon=True)
+    helper.start()
+    item: object = None
+    try:
+        while True:
+            item = waiting.get()
+            if item is _DONE:
+                return
+            if item.__class__ is _Raised:
+                raise item.error  # type: ignore[attr-defined]
+            yield item
+            item = None
+    finally:
+        stop.set()
+        while item is not _DONE and item.__class__ is not _Raised:
+            item = waiting.get()  # room for the helper until its final item
+        helper.join()
 
 
 def _inputs(names: list[str | None], received, inserts, ctis, emitted, late, adjusted,

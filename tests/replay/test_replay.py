@@ -303,3 +303,40 @@ def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data
     want = b"".join(late_line(lines[i], c, "adjusted" if a else "dropped", c if a else None)
                     for i, c, a in zip(picks, cti.tolist(), adjusted.tolist()))
     assert got == want
+
+
+def test_reading_ahead_keeps_the_order_and_raises_where_the_reader_did():
+    from engine.replay import _ahead
+
+    def chunks():
+        yield from range(5)
+        raise ValueError("bad record at line 6")
+
+    got = []
+    with pytest.raises(ValueError, match="line 6"):
+        for c in _ahead(chunks(), depth=2):
+            got.append(c)
+    assert got == [0, 1, 2, 3, 4]
+
+
+def test_closing_the_read_ahead_stops_and_closes_the_reader():
+    import threading
+
+    from engine.replay import _ahead
+
+    closed = threading.Event()
+
+    def endless():
+        try:
+            n = 0
+            while True:
+                yield n
+                n += 1
+        finally:
+            closed.set()
+
+    ahead = _ahead(endless(), depth=1)
+    assert next(ahead) == 0
+    ahead.close()  # returns once the reading thread has finished
+    assert closed.is_set()
+    assert not any(t.name == "goldilocks-replay-read" for t in threading.enumerate())
