@@ -53,6 +53,7 @@ from engine.eventlog import (
     merge_columns,
 )
 from engine.jsonl_scan import gather
+from engine.jsonl_write import late_text
 from engine.policy import (CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy,
                            resolve_policy)
 from engine.times import to_duration_ns
@@ -697,8 +698,8 @@ def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
     if late_out.file is not None:
         late = np.flatnonzero((action == DROP_LATE) | (action == EMIT_ADJUSTED))
         if len(late):
-            late_out.write(memoryview(_late_text(raw, late, cti[late],
-                                                 action[late] == EMIT_ADJUSTED)))
+            late_out.write(memoryview(late_text(raw, late, cti[late],
+                                                action[late] == EMIT_ADJUSTED)))
     rows = np.flatnonzero((action == CTI_EMIT) | (action == EMIT_ADJUSTED))
     if not len(rows):
         out.write(kept)
@@ -722,66 +723,3 @@ def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
         parts.append(b"%b%d%b" % (line[:p], c, line[q:]))
     parts.append(kept[pos:])
     out.write(b"".join(parts))
-
-
-_POWERS = np.array([10**k for k in range(1, 20)], np.uint64)
-
-
-def _decimals(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int64 ``values`` as right-aligned ASCII decimals: an ``(n, 20)`` uint8 matrix, and
-    per row how many of its last bytes the number takes (digits and sign). Runs of equal
-    values (CTIs in force repeat from row to row) are converted once."""
-    n = len(values)
-    if not n:
-        return np.zeros((0, 20), np.uint8), np.zeros(0, np.int64)
-    first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    distinct = values[first]
-    neg = distinct < 0
-    m = distinct.view(np.uint64)
-    m = np.where(neg, ~m + np.uint64(1), m)  # the magnitude; -(2**63) fits in uint64
-    digits = np.searchsorted(_POWERS, m, side="right") + 1
-    text = np.zeros((len(distinct), 20), np.uint8)
-    for j in range(19, 19 - int(digits.max()), -1):
-        m, d = np.divmod(m, np.uint64(10))
-        text[:, j] = d
-    text += ord("0")
-    width = digits + neg
-    signed = np.flatnonzero(neg)
-    text[signed, 20 - width[signed]] = ord("-")
-    if len(distinct) == n:
-        return text, width
-    run = np.repeat(np.arange(len(first)), np.diff(np.append(first, n)))
-    return text[run], width[run]
-
-
-def _row_texts(parts: list) -> np.ndarray:
-    """Per row, the concatenation of ``parts`` (``(bytes uint8 (n, k), used bool (n, k))``
-    each); all rows' texts back to back."""
-    text = np.concatenate([p[0] for p in parts], axis=1)
-    used = np.concatenate([p[1] for p in parts], axis=1)
-    return text[used]
-
-
-def _constant(lit: bytes, used: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = len(used)
-    text = np.broadcast_to(np.frombuffer(lit, np.uint8), (n, len(lit)))
-    return text, np.broadcast_to(used[:, None], (n, len(lit)))
-
-
-def _late_text(raw, rows: np.ndarray, cti: np.ndarray, adjusted: np.ndarray) -> np.ndarray:
-    """The late-file lines of ``rows`` (``late_line`` of their canonical lines): each input
-    line without its closing ``}\\n``, then ``,"cti":C,"action":"dropped"}\\n`` or
-    ``,"cti":C,"action":"adjusted","adjusted_start":C}\\n`` (``adjusted`` rows)."""
-    n = len(rows)
-    body = raw.body[rows]
-    head = raw.stop[rows] - 2 - body
-    width = int(head.max())
-    lines = (raw.window(body, width), np.arange(width) < head[:, None])
-    digits, size = _decimals(cti)
-    number = (digits, np.arange(20) >= (20 - size)[:, None])
-    parts = [lines, _constant(b',"cti":', np.ones(n, np.bool_)), number,
-             _constant(b',"action":"dropped"}\n', ~adjusted)]
-    if adjusted.any():
-        parts += [_constant(b',"action":"adjusted","adjusted_start":', adjusted),
-                  (digits, number[1] & adjusted[:, None]), _constant(b"}\n", adjusted)]
-    return _row_texts(parts)

@@ -288,7 +288,7 @@ def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data
 
     from engine.eventlog import SourceTable, insert_line, insert_prefix, late_line
     from engine.jsonl_scan import scan_block
-    from engine.replay import _late_text
+    from engine.jsonl_write import late_text
 
     lines = [insert_line(insert_prefix(src), t, t + 1 if interval and t < 2**62 else None, p)
              for src, t, interval, p in rows]
@@ -299,7 +299,7 @@ def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data
     lates = (lates * len(picks))[:len(picks)]
     cti = np.array(sorted(c for c, _ in lates), np.int64)  # CTIs in force never go back
     adjusted = np.array([a for _, a in lates], np.bool_)
-    got = _late_text(raw, np.array(picks), cti, adjusted).tobytes()
+    got = late_text(raw, np.array(picks), cti, adjusted).tobytes()
     want = b"".join(late_line(lines[i], c, "adjusted" if a else "dropped", c if a else None)
                     for i, c, a in zip(picks, cti.tolist(), adjusted.tolist()))
     assert got == want
