@@ -34,6 +34,7 @@ import asyncio
 import hmac
 import itertools
 import logging
+import operator
 import threading
 from collections import Counter, deque
 from typing import Any, Iterable, NamedTuple
@@ -79,6 +80,11 @@ from operators.union import Emitter, Union, UnionStats
 __all__ = ["Server", "ServerStats", "ConnectionStats", "load_tokens"]
 
 _log = logging.getLogger("goldilocks.net")
+
+#: Bytes a connection may read (and hand to the union) before its read loop yields the
+#: event loop; about one frame of 1024 small events.
+READ_BUDGET = 64 * 1024
+_KIND = operator.attrgetter("kind")
 
 OPEN = "open"
 COMPLETED = "completed"
@@ -311,6 +317,10 @@ class _Fanout:
     one bounded buffer, paced by the slowest member (the broadcast design, in batches: one
     ``next`` frame per member per loop turn rather than one call per element).
 
+    It takes the union's output as lists (``Union.batches``) of at most ``batch`` events:
+    demand counts lists, so at most ``capacity // batch`` lists are requested or buffered at
+    once and the buffer never holds more than ``capacity`` events.
+
     Members see what arrives after they joined. With no member the output is counted and
     let go, so the union keeps merging (the output is live). Memory: O(``capacity``).
     Runs on the server's loop only.
@@ -319,11 +329,13 @@ class _Fanout:
     def __init__(self, server: Server, capacity: int) -> None:
         self.server = server
         self.capacity = capacity
+        self.batch = max(1, min(1024, capacity // 4))  # events per list, at most
+        self.window = capacity // self.batch           # lists requested or buffered, at most
         self.ring: deque[Event] = deque()
         self.base = 0             # absolute index of ring[0]
         self.members: list[Any] = []
         self.subscription: Any = None
-        self.outstanding = 0      # requested from the union, not yet received
+        self.outstanding = 0      # lists requested from the union, not yet received
         self.events = 0
         self.ctis = 0
         self.peak = 0
@@ -341,24 +353,24 @@ class _Fanout:
         self.subscription = subscription
         self._advance()
 
-    def on_next(self, event: Event) -> None:
-        if event.kind == CTI:
-            self.ctis += 1
-        else:
-            self.events += 1
+    def on_next(self, events: list[Event]) -> None:
+        count = len(events)
+        ctis = list(map(_KIND, events)).count(CTI)
+        self.ctis += ctis
+        self.events += count - ctis
         self.outstanding -= 1
         if self.outstanding < 0:
-            report_violation("RS §1.1", "the union sent more than the server's output "
+            report_violation("RS §1.1", "the union sent more lists than the server's output "
                              "requested", party=self.subscription)
         if self.members:
             ring = self.ring
-            ring.append(event)
+            ring.extend(events)
             if len(ring) > self.peak:
                 self.peak = len(ring)
             self._schedule()
         else:
-            self.base += 1
-            if self.outstanding <= self.capacity // 2:
+            self.base += count
+            if self.outstanding <= self.window // 2:
                 self._advance()
 
     def on_error(self, error: BaseException) -> None:
@@ -433,8 +445,10 @@ class _Fanout:
         subscription = self.subscription
         if subscription is None or self.completed or self.error is not None:
             return
-        want = self.capacity - len(ring) - self.outstanding
-        if want >= (self.capacity + 1) // 2:
+        # Demand counts lists of up to ``batch`` events: what is buffered plus what may
+        # still come stays within ``capacity`` events.
+        want = (self.capacity - len(ring)) // self.batch - self.outstanding
+        if want > 0 and want >= (self.window + 1) // 2:
             self.outstanding += want
             subscription.request(want)
 
@@ -566,11 +580,20 @@ class _Connection:
                 data = await transport.recv()
                 self.frames_in += 1
                 self._setup(decode_frame(data, server.max_frame))
+                budget = READ_BUDGET
                 while True:
                     deadline.reschedule(loop.time() + idle)
                     data = await transport.recv()
                     self.frames_in += 1
                     self._dispatch(decode_frame(data, server.max_frame))
+                    budget -= len(data)
+                    if budget <= 0:
+                        # Bounded work per turn: frames already buffered are read without
+                        # the loop turning, so yield to it now and then. The merge runs,
+                        # the credit it frees goes out while the device still sends, and
+                        # other connections get their turn.
+                        budget = READ_BUDGET
+                        await asyncio.sleep(0)
         except TimeoutError:
             reason = ProtocolError("idle_timeout", f"no frame from {transport.peer} for "
                                    f"{idle} s; expected data or a keepalive within the idle "
@@ -819,7 +842,7 @@ class Server:
                            final_cti=self.final_cti, executor=LoopExecutor(loop),
                            name=self.name)
         self._fanout = _Fanout(self, self.output_capacity)
-        self.union.subscribe(self._fanout)
+        self.union.batches(self._fanout.batch).subscribe(self._fanout)
         if self.out_dir is not None:
             self.sink = RollingFileSink(self.out_dir, prefix="events",
                                         max_events=self.part_events,

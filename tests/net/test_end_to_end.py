@@ -98,6 +98,9 @@ def test_the_seed_example_over_the_network_matches_the_in_process_union(transpor
         ("cti", MAX_TIME)]
     assert late == expected_late and [r.input for r in late] == ["B"]
     assert stats.events_received == 7 and stats.events_refused == 0
+    # the fan-out takes the union's output in lists and counts inserts and CTIs apart
+    assert stats.output_events == sum(e.kind != "cti" for e in merged) == 3
+    assert stats.output_ctis == sum(e.kind == "cti" for e in merged) == 3
 
 
 def test_a_random_fleet_with_skewed_clocks_matches_the_in_process_union():
