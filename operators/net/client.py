@@ -10,10 +10,11 @@
     await client.close()
 
 Publishing honours the server's credit end to end: the local publisher is asked, through its
-own subscription, for exactly the events the server granted with ``request`` frames (RS §3.8
-on the wire), so it never sends beyond its credit (RS §1.1). Events are batched: what the
-local publisher emits within one turn of the loop leaves in one ``next`` frame (at most
-``batch`` events).
+own subscription, for the events the server granted with ``request`` frames (RS §3.8 on the
+wire) and no more, so it never sends beyond its credit (RS §1.1). The credit is passed on a
+step (``max(batch, 1024)`` events) at a time with a turn of the loop in between, so frames are
+written while the next ones are made. Events are batched: what the local publisher emits
+within one turn of the loop leaves in one ``next`` frame (at most ``batch`` events).
 
 ``output()`` is a publisher built on ``engine.subscription.BufferedSubscription``: each
 subscriber gets its own ``subscribe`` stream; its demand becomes ``request`` frames, never
@@ -65,6 +66,9 @@ from operators.net.transport import ConnectionClosed, Transport, open_transport
 __all__ = ["connect", "Client", "Publication", "RemoteOutput", "ClientStats"]
 
 _log = logging.getLogger("goldilocks.net.client")
+
+#: Events a publication asks of its local publisher in one step (or ``batch``, if larger).
+PULL_STEP = 1024
 
 OPEN = "open"
 COMPLETED = "completed"
@@ -303,7 +307,12 @@ async def _quietly(awaitable: Any, timeout: float) -> None:
 class Publication:
     """One published device stream. It is the local publisher's subscriber: the server's
     ``request`` frames become ``request(n)`` on the local subscription, its events leave in
-    ``next`` frames, its completion or error ends the stream."""
+    ``next`` frames, its completion or error ends the stream.
+
+    The server's credit is passed on to the local publisher a step at a time (at most
+    ``max(batch, 1024)`` events asked and not yet received), with a turn of the loop between
+    steps: a synchronous publisher given all the credit at once would fill every frame it
+    allows before the first one is written, and the server would wait for all of them."""
 
     def __init__(self, client: Client, device: str, batch: int) -> None:
         self.client = client
@@ -316,7 +325,10 @@ class Publication:
         self.granted = 0
         self.sent = 0
         self._subscription: Any = None
-        self._pending_request = 0
+        self._step = max(batch, PULL_STEP)
+        self._unasked = 0        # credit not yet passed on to the local publisher
+        self._asked = 0          # passed on (requested locally), not yet received
+        self._pull_scheduled = False
         self._buffer: list[Event] = []
         self._flush_scheduled = False
         self._done = asyncio.Event()
@@ -329,9 +341,7 @@ class Publication:
             subscription.cancel()  # RS §2.5
             return
         self._subscription = subscription
-        if self._pending_request:
-            n, self._pending_request = self._pending_request, 0
-            subscription.request(n)
+        self._pull()
 
     def on_next(self, event: Event) -> None:
         if event is None:
@@ -349,15 +359,17 @@ class Publication:
     def _take(self, event: Event) -> None:
         if self.state != OPEN:
             return  # RS §2.8: after cancel, elements may still come
-        if self.credit <= 0:  # the local publisher broke RS §1.1: drop and say so
+        if self._asked <= 0:  # the local publisher broke RS §1.1: drop and say so
             report_violation("RS §1.1", f"publisher of device {self.device!r} sent an event "
-                             f"beyond the {self.granted} requested", party=self._subscription)
+                             f"beyond the {self.granted - self._unasked} requested",
+                             party=self._subscription)
             return
         if event.__class__ is not Event:
             self._fail_local(TypeError(f"device {self.device!r}: the publisher sent "
                                        f"{type(event).__name__} {event!r}; expected an "
                                        "engine.Event"))
             return
+        self._asked -= 1
         self.credit -= 1
         buffer = self._buffer
         buffer.append(event)
@@ -375,6 +387,25 @@ class Publication:
             return
         self._buffer = []
         self._send(buffer)
+        if self._unasked and not self._pull_scheduled:
+            # the next step after this turn, once the transport has written this frame
+            self._pull_scheduled = True
+            self.client._loop.call_soon(self._pull)
+
+    def _pull(self) -> None:
+        """Pass the next step of the server's credit on to the local publisher (RS §3.8)."""
+        self._pull_scheduled = False
+        subscription = self._subscription
+        if subscription is None or self.state != OPEN:
+            return
+        n = min(self._step - self._asked, self._unasked)
+        if n <= 0:
+            return
+        self._unasked -= n
+        self._asked += n
+        subscription.request(n)
+        if self._buffer:
+            self._flush()  # a synchronous publisher emitted inside request(): send it now
 
     def _send(self, events: list[Event]) -> None:
         data = encode_next(self.id, events)
@@ -417,13 +448,8 @@ class Publication:
             n = frame.n or 0
             self.granted = min(self.granted + n, MAX_DEMAND)
             self.credit = min(self.credit + n, MAX_DEMAND)
-            subscription = self._subscription
-            if subscription is None:
-                self._pending_request = min(self._pending_request + n, MAX_DEMAND)
-            else:
-                subscription.request(n)  # RS §3.8: the server's credit, passed on
-                if self._buffer:
-                    self._flush()  # a synchronous publisher emitted inside request()
+            self._unasked = min(self._unasked + n, MAX_DEMAND)  # RS §3.17
+            self._pull()  # RS §3.8: the server's credit, passed on
         elif ftype == "cancel":
             subscription = self._subscription
             self._buffer.clear()

@@ -165,6 +165,59 @@ def test_a_device_may_use_several_frames_of_credit_at_once_and_each_is_merged_wh
     run(scenario())
 
 
+class _RecordingPublisher:
+    """Points 0, 1, …, count − 1, emitted synchronously inside ``request``; every request
+    is recorded, with how many events had been emitted when it came."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.emitted = 0
+        self.requests: list[tuple[int, int]] = []
+
+    def subscribe(self, subscriber):
+        publisher = self
+
+        class Subscription:
+            cancelled = False
+
+            def request(self, n):
+                publisher.requests.append((n, publisher.emitted))
+                while n > 0 and publisher.emitted < publisher.count and not self.cancelled:
+                    subscriber.on_next(Event.point(publisher.emitted))
+                    publisher.emitted += 1
+                    n -= 1
+                if publisher.emitted == publisher.count and not self.cancelled:
+                    self.cancelled = True
+                    subscriber.on_complete()
+
+            def cancel(self):
+                self.cancelled = True
+
+        subscriber.on_subscribe(Subscription())
+
+
+def test_a_publication_passes_its_credit_on_in_steps_and_never_beyond_it(transport):
+    """The server's credit reaches the local publisher a step (max(batch, 1024) events) at a
+    time, not all at once, and never more than the server granted (RS §1.1, §3.8)."""
+    async def scenario():
+        server = await start_server(max_policy())
+        client = await connect(url_of(server, transport), token=TOKEN)
+        source = _RecordingPublisher(10_000)
+        publication = client.publish(source, device="stepper", batch=256)
+        assert await publication.wait(5) == "completed"
+        await until(lambda: server.stats().events_received == 10_000)
+        assert all(n <= 1024 for n, _ in source.requests), source.requests
+        assert sum(n for n, _ in source.requests) <= publication.granted
+        assert publication.sent == 10_000 and publication.credit == publication.granted - 10_000
+        stats = server.stats()
+        assert stats.events_refused == 0 and stats.errors("overrun") == 0
+        assert stats.union.input("stepper").received == 10_000
+        await client.close()
+        await server.close()
+
+    run(scenario())
+
+
 def test_a_slow_consumer_slows_the_device_end_to_end():
     async def scenario():
         server = await start_server(max_policy(), prefetch=16, max_buffered=64,
