@@ -9,9 +9,12 @@ The server (a ``Union`` under ``max_policy``, its output counted by the server's
 in this process; the devices run in a second process, so the client's encoding does not share
 the server's interpreter. One repetition: the device process publishes ``events`` in all
 (split over 1 or 16 devices, each its own connection) while the server times from "go" to
-the last event leaving the union. Warm-up, then ``--reps`` (>= 5) repetitions: median, min,
-max. Also a codec micro-benchmark (JSON rows as sent, against a columnar binary layout) that
-decides whether a binary encoding pays (docs/protocol.md, "Encoding").
+the last event leaving the union into the server's output fan-out (its consumer, which
+counts them). The devices' events are built before "go". Warm-up, then ``--reps`` (>= 5)
+repetitions: median, min, max, and the server process's CPU time per event (median). The
+machine's load average is printed before the table and after each row: on a shared machine
+the rates mean little without it. Also a codec micro-benchmark (JSON rows as sent, against a
+columnar binary layout) behind the choice of encoding (docs/protocol.md, "Encoding").
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import argparse
 import array
 import asyncio
 import multiprocessing as mp
+import os
+import platform
 import statistics
 import struct
 import sys
@@ -35,6 +40,25 @@ from engine.event import POINT, Event  # noqa: E402
 __all__ = ["main"]
 
 TOKEN = "bench-token"
+#: Seconds one repetition may take before the run is declared stalled (it never should).
+STALL = 60.0
+
+
+def _cpu() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _load() -> str:
+    """The load average over 1, 5 and 15 minutes."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "-"
 
 
 # ------------------------------------------------------------------------------ device side
@@ -47,12 +71,15 @@ def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pip
         clients = [await connect(url, token=TOKEN) for _ in range(devices)]
         base = 0
         for rep in range(reps):
+            # The test data is made before "go": building Event objects is the device's
+            # business, not the network's, and it is not what this benchmark times.
+            data = [[Event(POINT, base + i, base + i + 1, i) for i in range(per_device)]
+                    for _ in clients]
             pipe.send("ready")
             await loop.run_in_executor(None, pipe.recv)  # go (the loop keeps turning)
             pubs = []
             for d, client in enumerate(clients):
-                events = [Event(POINT, base + i, base + i + 1, i) for i in range(per_device)]
-                pubs.append(client.publish(from_iterable(events), device=f"dev-{d}-{rep}",
+                pubs.append(client.publish(from_iterable(data[d]), device=f"dev-{d}-{rep}",
                                            batch=batch))
             for pub in pubs:
                 await pub.wait()
@@ -65,7 +92,9 @@ def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pip
 
 # ------------------------------------------------------------------------------ server side
 async def _measure(transport: str, devices: int, events: int, batch: int, reps: int,
-                   warmup: int) -> list[float]:
+                   warmup: int) -> tuple[list[float], list[float]]:
+    """Events per second of each repetition after the warm-up, and the server's CPU time
+    per event (ns) in each."""
     from operators import max_policy
     from operators.net.server import Server
 
@@ -80,22 +109,35 @@ async def _measure(transport: str, devices: int, events: int, batch: int, reps: 
                                                theirs), daemon=True)
     child.start()
     loop = asyncio.get_running_loop()
-    rates = []
+    rates: list[float] = []
+    cpu: list[float] = []
     try:
         for rep in range(total_reps):
             await loop.run_in_executor(None, ours.recv)  # ready
             target = server.stats().output_events + per_device * devices
             start = time.perf_counter()
+            cpu_start = time.process_time()
             ours.send("go")
             while server._fanout.events < target:
                 await asyncio.sleep(0.0005)
+                if time.perf_counter() - start > STALL:
+                    stats = server.stats()
+                    raise RuntimeError(
+                        f"{transport}, {devices} device(s), batch {batch}: repetition {rep} "
+                        f"stalled after {STALL} s at {stats.output_events} of {target} "
+                        f"events out (received {stats.events_received}, refused "
+                        f"{stats.events_refused}, union buffered {stats.union.buffered})")
             seconds = time.perf_counter() - start
             if rep >= warmup:
                 rates.append(per_device * devices / seconds)
+                cpu.append((time.process_time() - cpu_start) / (per_device * devices) * 1e9)
+    except BaseException:
+        child.kill()  # a stalled or failed run: the devices wait for nothing more
+        raise
     finally:
         await loop.run_in_executor(None, child.join, 30)
         await server.close()
-    return rates
+    return rates, cpu
 
 
 # ------------------------------------------------------------------------------ codec
@@ -152,21 +194,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--reps must be >= 5 (use --quick for a smoke run)")
     scale = 10 if args.quick else 1
     transports = ("ws", "tcp") if args.transport == "both" else (args.transport,)
+    print(f"machine: {_cpu()}, {os.cpu_count()} cores, "
+          f"{platform.python_implementation()} {platform.python_version()}; "
+          f"load average (1, 5, 15 min) {_load()}")
     print("codec, one frame of 1000 point events with a small payload:")
     for name, ns, size in _codec():
         print(f"  {name:15s} {ns:8.0f} ns/event decoded  {size:6.1f} bytes/event")
     print()
     print(f"{'transport':9s} {'devices':>7s} {'per frame':>9s} {'events':>8s} "
-          f"{'median ev/s':>12s} {'min':>10s} {'max':>10s}")
+          f"{'median ev/s':>12s} {'min':>10s} {'max':>10s} {'server ns/ev':>12s}  load after")
     for transport in transports:
         for devices in (1, 16):
             for batch, events in ((1, 32_000), (1024, 320_000)):
                 events //= scale
-                rates = asyncio.run(_measure(transport, devices, events, batch, args.reps,
-                                             args.warmup))
+                rates, cpu = asyncio.run(_measure(transport, devices, events, batch,
+                                                  args.reps, args.warmup))
                 print(f"{transport:9s} {devices:7d} {batch:9d} {events:8d} "
                       f"{statistics.median(rates):12,.0f} {min(rates):10,.0f} "
-                      f"{max(rates):10,.0f}", flush=True)
+                      f"{max(rates):10,.0f} {statistics.median(cpu):12,.0f}  {_load()}",
+                      flush=True)
     return 0
 
 
