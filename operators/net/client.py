@@ -346,7 +346,10 @@ class Publication:
     def on_next(self, event: Event) -> None:
         if event is None:
             raise TypeError("RS §2.13: on_next() requires an event, got None")
-        self.client._on_loop(self._take, event)
+        if threading.get_ident() == self.client._thread:
+            self._take(event)  # the usual case, once per event: no hop
+        else:
+            self.client._on_loop(self._take, event)
 
     def on_error(self, error: BaseException) -> None:
         if error is None:
