@@ -602,6 +602,167 @@ def _read_csv(st: _FileState, on_bytes: Callable[[int], None] | None) -> Iterato
 # -- Parquet ---------------------------------------------------------------------------
 
 
+def _arrow_ints(col: Any, pa: Any, what: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """int64 values (0 where null) and the null mask (``None``: no nulls) of an integer or
+    timestamp column; anything else -> ``_Slow``."""
+    t = col.type
+    try:
+        if pa.types.is_timestamp(t):
+            if what == "seq":
+                raise _Slow  # a sequence number is an integer
+            col = col.cast(pa.timestamp("ns", tz=t.tz)).cast(pa.int64())
+        elif not pa.types.is_integer(t):
+            raise _Slow
+        elif t != pa.int64():
+            col = col.cast(pa.int64())  # raises beyond int64
+    except pa.ArrowInvalid:
+        raise _Slow from None
+    if not col.null_count:
+        return col.to_numpy(), None
+    missing = col.is_null().to_numpy(zero_copy_only=False)
+    return col.fill_null(0).to_numpy(), missing
+
+
+def _arrow_texts(col: Any, pa: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A string column as ``(buffer, p0, p1, valid)``: row ``i``'s text is
+    ``buffer[p0[i]:p1[i]]`` (empty where null); ``buffer`` is a copy with ``PAD`` zero bytes
+    after the texts."""
+    if pa.types.is_string(col.type):
+        offset_type = np.int32
+    elif pa.types.is_large_string(col.type):
+        offset_type = np.int64
+    else:
+        raise _Slow
+    n = len(col)
+    valid = (col.is_valid().to_numpy(zero_copy_only=False) if col.null_count
+             else np.ones(n, np.bool_))
+    _, offsets, data = col.buffers()
+    at = np.frombuffer(offsets, offset_type, count=col.offset + n + 1)[col.offset:]
+    at = at.astype(np.int64)
+    lo, hi = int(at[0]), int(at[-1])
+    buffer = np.zeros(hi - lo + PAD, np.uint8)
+    if hi > lo:
+        buffer[:hi - lo] = np.frombuffer(data, np.uint8, count=hi)[lo:]
+    p0, p1 = at[:-1] - lo, at[1:] - lo
+    return buffer, p0, np.where(valid, p1, p0), valid
+
+
+def _words_of(buffer: np.ndarray) -> np.ndarray:
+    """A little-endian uint64 read at every byte offset of ``buffer`` (no copy)."""
+    return np.ndarray((len(buffer) - 7,), "<u8", buffer, strides=(1,))
+
+
+def _parquet_columns(batch: Any, st: _FileState, lines: np.ndarray) -> Columns:
+    """A Parquet batch straight from its Arrow columns: no Python object per row, and the
+    inserts' canonical lines built with numpy (``Columns.raw``, as for scanned JSON Lines).
+    Raises ``_Slow`` on anything the record parser must look at (the same checks as
+    ``_fast``); names enter the table only when the batch is accepted."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from engine.jsonl_scan import Payloads, canonical_json
+    from engine.jsonl_write import insert_lines
+    from engine.eventlog import insert_prefix
+
+    n = batch.num_rows
+    names = batch.schema.names
+
+    def column(name: str) -> Any:
+        return batch.column(name) if name in names else None
+
+    kind_col = column("kind")
+    if not (pa.types.is_string(kind_col.type) or pa.types.is_large_string(kind_col.type)):
+        raise _Slow
+    kind_code = pc.index_in(kind_col, value_set=pa.array(KIND_NAMES))
+    if kind_code.null_count:
+        raise _Slow  # an unknown or missing kind
+    kind = kind_code.to_numpy().astype(np.int8)
+    is_cti = kind == CTI
+    insert = kind == INSERT
+    timed = kind <= CTI
+
+    source_col = column("source")
+    if not (pa.types.is_string(source_col.type) or pa.types.is_large_string(source_col.type)):
+        raise _Slow
+    encoded = pc.dictionary_encode(source_col)  # codes in order of first appearance
+    local = encoded.indices.fill_null(-1).to_numpy().astype(np.int32)
+    if ((local < 0) & ~is_cti).any():
+        raise _Slow
+    try:
+        dictionary = encoded.dictionary.to_pylist()
+    except UnicodeDecodeError:
+        raise _Slow from None
+
+    start, missing = _arrow_ints(column("start"), pa, "start")
+    if missing is not None and (missing & timed).any():
+        raise _Slow
+    end_col = column("end")
+    if end_col is not None:
+        end, no_end = _arrow_ints(end_col, pa, "end")
+        has_end = np.ones(n, np.bool_) if no_end is None else ~no_end
+    else:
+        end, has_end = np.zeros(n, np.int64), np.zeros(n, np.bool_)
+    if (has_end & is_cti).any():
+        raise _Slow
+    has_end &= insert
+    if (has_end & (end <= start)).any():
+        raise _Slow
+    if (insert & ~has_end & (start == MAX_TIME)).any():
+        raise _Slow  # start + 1 would wrap: the record parser names the record
+    end = np.where(has_end, end, np.where(is_cti, start, start + 1))
+    if not timed.all():
+        start = np.where(timed, start, 0)
+        end = np.where(timed, end, 0)
+
+    payload_col = column("payload")
+    if payload_col is None or payload_col.null_count == n:
+        buffer, p0, p1 = np.zeros(PAD, np.uint8), np.zeros(n, np.int64), np.zeros(n, np.int64)
+        with_payload = np.zeros(0, np.intp)
+    else:
+        buffer, p0, p1, given = _arrow_texts(payload_col, pa)
+        if (given & ~insert).any():
+            raise _Slow  # on a CTI, join or leave: the record parser decides
+        null = given & (p1 - p0 == 4)  # the text null: no payload
+        null[null] = _words_of(buffer)[p0[null]] == np.uint64(int.from_bytes(b"null", "little"))
+        given &= ~null
+        with_payload = np.flatnonzero(given)
+        if not canonical_json(buffer, p0[with_payload], p1[with_payload]):
+            raise _Slow  # not one JSON value each, or not in the form the output writes
+        p1 = np.where(given, p1, p0)
+
+    if st.mode is None:
+        first = {name: column(name) for name in ("arrival", "seq")}
+        st.mode = ("arrival" if first["arrival"] is not None and first["arrival"][0].is_valid
+                   else "seq" if first["seq"] is not None and first["seq"][0].is_valid
+                   else "position")
+    if st.mode == "position":
+        key = np.arange(st.position, st.position + n, dtype=np.int64)
+    else:
+        key_col = column(st.mode)
+        if key_col is None:
+            raise _Slow
+        key, missing = _arrow_ints(key_col, pa, st.mode)
+        if missing is not None or key[0] < st.last_key or (key[1:] < key[:-1]).any():
+            raise _Slow
+
+    # accepted: the names enter the table in order of first appearance
+    codes = np.array([st.table.add(name) for name in dictionary] or [0], np.int32)
+    source = np.where(local >= 0, codes[np.maximum(local, 0)], -1).astype(np.int32)
+    prefixes = [insert_prefix(name) for name in dictionary] or [b""]
+    prefix_lens = np.array([len(p) for p in prefixes], np.int64)
+    matrix = np.zeros((len(prefixes), int(prefix_lens.max())), np.uint8)
+    for i, p in enumerate(prefixes):
+        matrix[i, :len(p)] = np.frombuffer(p, np.uint8)
+    rows = np.flatnonzero(insert)
+    raw = insert_lines(matrix, prefix_lens, local, start, end, has_end, buffer, p0[rows],
+                       p1[rows], rows, n)
+    st.last_key = int(key[-1])
+    st.position += n
+    return Columns(kind, source, start, end, has_end,
+                   Payloads(n, with_payload, buffer, p0[with_payload], p1[with_payload]),
+                   key, np.full(n, st.index, np.int32), lines, raw)
+
+
 def _read_parquet(st: _FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
     try:
         import pyarrow as pa
@@ -625,6 +786,17 @@ def _read_parquet(st: _FileState, on_bytes: Callable[[int], None] | None) -> Ite
     row = 0
     for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=wanted):
         n = batch.num_rows
+        lines = np.arange(row + 1, row + n + 1, dtype=np.int64)
+        saved = (st.mode, st.last_key, st.position)
+        if n:
+            try:
+                fast = _parquet_columns(batch, st, lines)
+            except _Slow:
+                st.mode, st.last_key, st.position = saved
+            else:
+                yield fast
+                row += n
+                continue
         cols: dict[str, list] = {}
         for name in wanted:
             col = batch.column(name)

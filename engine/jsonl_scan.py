@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 import orjson
 
-__all__ = ["RawLines", "Payloads", "scan_block", "gather", "MAX_NAME", "PAD"]
+__all__ = ["RawLines", "Payloads", "scan_block", "canonical_json", "gather", "MAX_NAME", "PAD"]
 
 #: names longer than this many bytes are looked up one by one instead of vectorised
 MAX_NAME = 32
@@ -68,10 +68,17 @@ class RawLines:
         """``(len(starts), width)`` uint8: the ``width`` bytes from each start (bytes past the
         buffer's end are zero)."""
         buf = self.buffer
-        if not len(starts) or int(starts.max()) + width <= len(buf):
+        limit = len(buf) - width  # the last start with a whole window
+        if not len(starts) or int(starts.max()) <= limit:
             return np.lib.stride_tricks.sliding_window_view(buf, width)[starts]
-        at = starts[:, None] + np.arange(width)
-        return np.where(at < len(buf), buf[np.minimum(at, len(buf) - 1)], 0).astype(np.uint8)
+        out = np.zeros((len(starts), width), np.uint8)
+        inside = starts <= limit
+        if limit >= 0:
+            out[inside] = np.lib.stride_tricks.sliding_window_view(buf, width)[starts[inside]]
+        for i in np.flatnonzero(~inside).tolist():  # the last few lines: cut at the end
+            tail = buf[starts[i]:starts[i] + width]
+            out[i, :len(tail)] = tail
+        return out
 
 
 class Payloads:
@@ -405,14 +412,21 @@ def gather(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
 
 
 def _json_array(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bytes:
-    """``[P0,P1,…]`` of the JSON texts ``a[p0[j]:p1[j]]``, each followed by one byte in ``a``
-    (here the record's closing brace) that becomes the separator."""
-    if not len(p0):
+    """``[P0,P1,…]`` of the JSON texts ``a[p0[j]:p1[j]]`` (ascending, not overlapping)."""
+    k = len(p0)
+    if not k:
         return b"[]"
-    body = gather(a, p0, p1 + 1)
-    body[np.cumsum(p1 + 1 - p0) - 1] = ord(",")
-    body[-1] = ord("]")
-    return b"[" + body.tobytes()
+    lens = p1 - p0
+    out = np.empty(int(lens.sum()) + k + 1, np.uint8)
+    after = np.cumsum(lens) + np.arange(1, k + 1)  # the byte after each text
+    text = np.ones(len(out), np.bool_)
+    text[0] = False
+    text[after] = False
+    out[text] = gather(a, p0, p1)
+    out[0] = ord("[")
+    out[after] = ord(",")
+    out[-1] = ord("]")
+    return out.tobytes()
 
 
 #: payloads longer than this many bytes are all checked, without looking for repeats
@@ -450,23 +464,29 @@ def _firsts(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
     return np.flatnonzero((first == every) | ~same)
 
 
-def _payloads(a: np.ndarray, w: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
+def canonical_json(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bool:
+    """Is each text ``a[p0[j]:p1[j]]`` one JSON value, not ``null``, in the form orjson
+    writes (the distinct texts re-encoded in one round trip)? ``a`` has at least
+    ``_REPEAT_WIDTH`` bytes after the last text."""
+    if not len(p0):
+        return True
+    if ((p1 - p0 == 4) & _is(_words(a)[p0], b"null")).any():
+        return False  # a null payload is omitted from the canonical line
+    check = _firsts(a, p0, p1)
+    joined = _json_array(a, p0[check], p1[check])
+    try:
+        values = orjson.loads(joined)
+        # one value per payload, each re-encoded to its own bytes: canonical
+        return len(values) == len(check) and orjson.dumps(values) == joined
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return False
+
+
+def _payloads(a: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
               p1: np.ndarray) -> Payloads:
-    """Check the payloads ``a[p0:p1]`` of ``rows``: one valid JSON value each, in canonical
-    form (orjson re-encodes them to the same bytes: the distinct ones, in one round trip),
-    not ``null``."""
-    if len(rows):
-        if ((p1 - p0 == 4) & _is(w[p0], b"null")).any():
-            raise _NotFlat  # a null payload is omitted from the canonical line
-        check = _firsts(a, p0, p1)
-        joined = _json_array(a, p0[check], p1[check])
-        try:
-            values = orjson.loads(joined)
-            # one value per payload, each re-encoded to its own bytes: canonical
-            if len(values) != len(check) or orjson.dumps(values) != joined:
-                raise _NotFlat
-        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
-            raise _NotFlat from None
+    """The payloads ``a[p0:p1]`` of ``rows``, once ``canonical_json``."""
+    if not canonical_json(a, p0, p1):
+        raise _NotFlat
     return Payloads(n, rows, a, p0, p1)
 
 
@@ -613,7 +633,7 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
         raise _NotFlat
     if not (closed | has_payload | ~timed).all():
         raise _NotFlat
-    payload = _payloads(a, w, n, rows, p0, p1)
+    payload = _payloads(a, n, rows, p0, p1)
     if not timed.all():
         end[~timed] = 0
 
