@@ -432,6 +432,7 @@ def _json_array(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bytes:
 #: payloads longer than this many bytes are all checked, without looking for repeats
 _REPEAT_WIDTH = 64
 _HASH_BITS = 16
+_SAMPLE = 1024
 _MIX = _U(0x9E3779B97F4A7C15)
 
 
@@ -442,12 +443,15 @@ def _firsts(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
     bytes into a table of slots; a payload equal to the one that holds its slot need not be
     checked again. Whichever payload a slot ends up with, it holds its own slot and is
     returned; a payload that differs from its slot's holder is returned too, so nothing is
-    left unchecked. O(payloads), no sort."""
+    left unchecked. O(payloads), no sort. When the first ``_SAMPLE`` payloads hardly repeat,
+    looking for repeats would not pay and all are returned."""
     n = len(p0)
     every = np.arange(n)
     lens = p1 - p0
     width = int(lens.max())
     if n < 256 or width > _REPEAT_WIDTH:
+        return every
+    if n >= 4 * _SAMPLE and 2 * len(_firsts(a, p0[:_SAMPLE], p1[:_SAMPLE])) > _SAMPLE:
         return every
     width = (width + 7) // 8 * 8
     rows = np.lib.stride_tricks.sliding_window_view(a, width)[p0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -368,3 +369,19 @@ def test_reading_in_blocks_of_any_size_gives_the_same_records(rows, chunk, newli
             reader.CHUNK_BYTES = saved
     assert got == want
     assert [r["line"] for r in got] == [i + 1 for i, (_, _, s) in enumerate(rows) if s != "blank"]
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+@pytest.mark.parametrize("bad_at", [None, 0, 1023, 1024, 4999])
+def test_canonical_check_of_many_payloads_sees_every_one(distinct, bad_at):
+    # 5000 payloads: the first 1024 decide whether repeats are looked for; either way a
+    # single payload that is not canonical, anywhere, is found
+    from engine.jsonl_scan import canonical_json
+
+    texts = [b'{"v":%d}' % (i if distinct else i % 7) for i in range(5000)]
+    if bad_at is not None:
+        texts[bad_at] = b'{"v":01}'
+    buf = b"".join(texts)
+    ends = np.cumsum([len(t) for t in texts])
+    a = np.frombuffer(buf + bytes(256), np.uint8)
+    assert canonical_json(a, ends - [len(t) for t in texts], ends) == (bad_at is None)
