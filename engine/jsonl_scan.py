@@ -7,7 +7,8 @@ reads a whole block of lines with numpy instead, when every line has the *flat s
 
 with the keys in exactly that order, no spaces, integers in canonical form (no leading zeros,
 no ``-0``), a name without quotes, backslashes or control characters, and ``P`` a JSON value
-that orjson re-encodes to the same bytes (checked for the whole block in one round trip).
+that orjson re-encodes to the same bytes (each distinct payload of the block checked, all in
+one round trip).
 Every byte of such a line is accounted for, so the values found are those orjson would
 decode, and the line from ``"source"`` on *is* the canonical output line (``docs/event-log.md``):
 replay writes those input bytes instead of re-encoding the record.
@@ -18,6 +19,7 @@ little-endian 64-bit words at the line's offsets: a literal key is one or two wo
 comparisons, the length of a digit run or a name is the first flagged byte of a word (SWAR:
 SIMD within a register), and eight digits convert with three multiplications. So the cost is
 a few dozen numpy operations over arrays of one element per line, plus the payload round trip.
+``scan_block`` can work in place on the reader's buffer, which then needs ``PAD`` spare bytes.
 
 Anything else — a space, an escape, an ISO time, a key out of order, a blank line, an invalid
 record — makes ``scan_block`` return ``None`` and the caller parses the block with the exact
@@ -610,12 +612,11 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
         q = np.zeros(n, np.int64)
         start[rows], q[rows] = _number(a, w, start_at[rows])
         start_at = np.where(timed, start_at, 0)
-    insert = is_insert
 
     # then }  or ,"end":INT  or ,"payload":P  (the last two on inserts only)
     x = w[q]
     closed = _is(x, b"}\n") & timed
-    has_end = _is(x, b',"end":') & insert
+    has_end = _is(x, b',"end":') & is_insert
     end = np.where(is_cti, start, start + 1)
     if has_end.any():
         rows = np.flatnonzero(has_end)
@@ -626,10 +627,10 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
         q[rows] = q_end
         x = np.where(has_end, w[q], x)
         closed |= has_end & _is(x, b"}\n")
-    point = insert & ~has_end
+    point = is_insert & ~has_end
     if (point & (start == np.iinfo(np.int64).max)).any():
         raise _NotFlat  # a point's end, start + 1, would not fit: the record parsers decide
-    has_payload = insert & _is(x, b',"payloa') & ~closed
+    has_payload = is_insert & _is(x, b',"payloa') & ~closed
     rows = np.flatnonzero(has_payload)
     p0 = q[rows] + 11
     p1 = nl[rows] - 1  # the record's closing brace
