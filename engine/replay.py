@@ -599,16 +599,18 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
         action = np.asarray(action, np.int8)
         cti = np.asarray(cti, np.int64)
 
-        # statistics, vectorised (index = source code + 1)
+        # statistics, vectorised: rows counted per (source code + 1, kind, action)
         width = len(names) + 1
-        code = source.astype(np.int64) + 1
-        is_emit = (action == EMIT) | (action == EMIT_ADJUSTED)
-        is_late = (action == DROP_LATE) | (action == EMIT_ADJUSTED)
-        is_adjusted = action == EMIT_ADJUSTED
-        for name, mask in (("received", timed), ("inserts", kind == INSERT),
-                           ("ctis", is_cti), ("emitted", is_emit), ("late", is_late),
-                           ("adjusted", is_adjusted)):
-            counts.add(name, np.bincount(code[mask], minlength=width))
+        cells = np.bincount((source.astype(np.int64) + 1) * 64 + kind * 16 + action,
+                            minlength=width * 64).reshape(-1, 4, 16)
+        by_kind = cells.sum(axis=2)
+        by_action = cells.sum(axis=1)
+        counts.add("received", by_kind[:, INSERT] + by_kind[:, CTI])
+        counts.add("inserts", by_kind[:, INSERT])
+        counts.add("ctis", by_kind[:, CTI])
+        counts.add("emitted", by_action[:, EMIT] + by_action[:, EMIT_ADJUSTED])
+        counts.add("late", by_action[:, DROP_LATE] + by_action[:, EMIT_ADJUSTED])
+        counts.add("adjusted", by_action[:, EMIT_ADJUSTED])
         cti_rows = np.flatnonzero(is_cti)
         if len(cti_rows):
             rev_codes = source[cti_rows][::-1]
@@ -617,16 +619,18 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
             last_cti.update(zip(uniq.tolist(), last_vals.tolist()))
         emit_cti_rows = np.flatnonzero(action == CTI_EMIT)
         records += n
-        n_emitted += int(is_emit.sum())
+        totals_by_action = by_action.sum(axis=0)
+        n_emitted += int(totals_by_action[EMIT] + totals_by_action[EMIT_ADJUSTED])
         n_ctis += len(emit_cti_rows)
-        n_late += int(is_late.sum())
-        n_adjusted += int(is_adjusted.sum())
+        n_late += int(totals_by_action[DROP_LATE] + totals_by_action[EMIT_ADJUSTED])
+        n_adjusted += int(totals_by_action[EMIT_ADJUSTED])
         if len(emit_cti_rows):
             final = int(cti[emit_cti_rows[-1]])
         for f, c in enumerate(np.bincount(chunk.file).tolist()):
             if c:
                 per_file[f] = per_file.get(f, 0) + c
         if plot:
+            is_late = (action == DROP_LATE) | (action == EMIT_ADJUSTED)
             rows_index = np.cumsum(timed) - 1 + timed_before
             plot_parts.append((source[timed], start[timed], is_cti[timed], is_late[timed],
                                rows_index[emit_cti_rows], cti[emit_cti_rows]))
