@@ -65,9 +65,11 @@ class Policy(Protocol):
 
     # Optional: ``step_many(state, events) -> (state, emitted, late, ctis)`` runs ``step``
     # over consecutive arrivals in one call: ``emitted`` lists every Event the steps output,
-    # in order, ``late`` every LateRecord, ``ctis`` the arrivals that were CTIs. It must
-    # decide exactly as ``step`` does event by event; ``step_many`` (the function below)
-    # falls back to that loop for policies without one.
+    # in order, ``late`` the entry of every LateRecord, in order (a plain tuple of the
+    # record's fields, ``LateRecord(*entry)``: records are built only for entries that are
+    # kept), ``ctis`` the arrivals that were CTIs. It must decide exactly as ``step`` does
+    # event by event; ``step_many`` (the function below) falls back to that loop for
+    # policies without one.
     #
     # Optional: ``run_columns(is_cti, start, end, state=None) -> (action, cti, state) | None``
     # runs the policy over numpy columns of consecutive arrivals (inserts and CTIs only).
@@ -81,20 +83,24 @@ class Policy(Protocol):
 
 def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list, list]:
     """``policy.step_many`` if the policy has one, else ``step`` event by event, sorted into
-    ``(state, emitted events, late records, arrived CTIs)``."""
+    ``(state, emitted events, late entries, arrived CTIs)``; a late entry is a record's
+    fields as a tuple (``LateRecord(*entry)``)."""
     fast = getattr(policy, "step_many", None)
     if fast is not None:
         return fast(state, events)
     step = policy.step
     emitted: list[Event] = []
-    late: list[LateRecord] = []
+    late: list[tuple] = []
     ctis: list[Event] = []
     for event in events:
         if event.kind == CTI:
             ctis.append(event)
         state, outputs = step(state, event)
         for out in outputs:
-            (emitted if out.__class__ is Event else late).append(out)
+            if out.__class__ is Event:
+                emitted.append(out)
+            else:
+                late.append((out.input, out.event, out.cti, out.action, out.adjusted))
     return state, emitted, late, ctis
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from itertools import starmap
 from typing import Any, NamedTuple
 
 from engine.errors import ClosedError
@@ -80,21 +81,30 @@ class LateOutput:
             subscription.signal()
 
     def push_many(self, records: list[LateRecord]) -> None:
-        """Add records in order under one lock and one wake-up (the union's batch path); what
-        does not fit is counted in ``overflow``, as with ``push``."""
-        if not records:
+        """Add records in order under one lock and one wake-up; what does not fit is
+        counted in ``overflow``, as with ``push``."""
+        self._push(records, None)
+
+    def push_entries(self, entries: list[tuple]) -> None:
+        """``push_many`` for late entries, the records' fields as tuples (the union's batch
+        path, from ``step_many``): a ``LateRecord`` is built only for an entry that fits in
+        the buffer; the rest are counted in ``overflow`` without ever being built."""
+        self._push(entries, LateRecord)
+
+    def _push(self, items: list, build: Any) -> None:
+        if not items:
             return
         with self._lock:
-            self._records += len(records)
+            self._records += len(items)
             room = self.capacity - len(self._buffer)
-            if room < len(records):
-                self._overflow += len(records) - max(room, 0)
-                records = records[:max(room, 0)]
-            self._buffer.extend(records)
+            if room < len(items):
+                self._overflow += len(items) - max(room, 0)
+                items = items[:max(room, 0)]
+            self._buffer.extend(items if build is None else starmap(build, items))
             if len(self._buffer) > self._peak:
                 self._peak = len(self._buffer)
             subscription = self._subscription
-        if subscription is not None and records:
+        if subscription is not None and items:
             subscription.signal()
 
     def complete(self) -> None:

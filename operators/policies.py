@@ -130,21 +130,24 @@ class GoldilocksPolicy:
         return state, _NONE
 
     def step_many(self, state: HighState, events: Sequence[Event],
-                  ) -> tuple[HighState, list[Event], list[LateRecord], list[Event]]:
+                  ) -> tuple[HighState, list[Event], list[tuple], list[Event]]:
         """``step`` over consecutive arrivals, in one loop: ``(state, emitted, late, ctis)``.
 
-        ``emitted`` is every ``Event`` the steps would output, in order; ``late`` every
-        ``LateRecord``, in order; ``ctis`` the arrivals that were CTIs, in order (for the
-        caller's per-input accounting: noting them here costs nothing, finding them again
-        would cost a pass). The same decisions as ``step`` event by event (a property test
-        holds them equal); the union's batch path runs it once per batch of arrivals.
+        ``emitted`` is every ``Event`` the steps would output, in order; ``late`` the entry
+        of every ``LateRecord`` they would output, in order: a plain tuple of its fields,
+        ``LateRecord(*entry)`` being the record (a tuple costs a third of an object, and a
+        record is only built for an entry that is kept); ``ctis`` the arrivals that were
+        CTIs, in order (for the caller's per-input accounting: noting them here costs
+        nothing, finding them again would cost a pass). The same decisions as ``step`` event
+        by event (a property test holds them equal); the union's batch path runs it once per
+        batch of arrivals.
         """
         delay = self.delay
         adjust = self._adjust
-        cti, record, dropped = CTI, LateRecord, DROPPED  # locals: this loop is the hot path
+        cti, dropped = CTI, DROPPED  # locals: this loop is the hot path
         emitted: list[Event] = []
         emit = emitted.append
-        late: list[LateRecord] = []
+        late: list[tuple] = []
         ctis: list[Event] = []
         arrivals = iter(events)
         high = state.high
@@ -166,9 +169,9 @@ class GoldilocksPolicy:
                 elif adjust and e.end > high:  # TS §3.2
                     clipped = Event(e.kind, high, e.end, e.payload, e.source)
                     emit(clipped)
-                    late.append(record(e.source, e, high, ADJUSTED, clipped))
+                    late.append((e.source, e, high, ADJUSTED, clipped))
                 else:  # TS §3.1
-                    late.append(record(e.source, e, high, dropped))
+                    late.append((e.source, e, high, dropped, None))
             else:
                 ctis.append(e)
                 d = e.start - delay

@@ -12,6 +12,7 @@
 
     # the batch path: arrivals in, lists out (same events, same order, less per event)
     b.try_send_many(events); union.feed_columns(emitters, events)
+    union.feed_events(named)                   # each event's source names its input
     union.batches(max_batch=1024).subscribe(list_subscriber)
 
 Marble timeline (delay 5, goldilocks)::
@@ -26,8 +27,9 @@ from it, runs the policy's pure step (``engine.policy``), and emits while downst
 lasts (RS §1.1); late records go to the side output. Inputs get credit: each at most
 ``prefetch`` events requested-or-queued, and all together at most ``max_buffered`` (TS §4.4),
 so producer churn cannot exhaust memory; credit is replenished as events leave the queue.
-A batch of arrivals (``try_send_many``, ``feed``, ``feed_columns``) is one queue item that the
-policy runs over in one call (``step_many``); ``batches()`` hands the output on as lists.
+A batch of arrivals (``try_send_many``, ``feed``, ``feed_columns``, ``feed_events``) is one
+queue item that the policy runs over in one call (``step_many``); ``batches()`` hands the
+output on as lists.
 
 The union is hot: it keeps merging (within its bounds) while no one is subscribed, and a new
 subscriber continues where the previous one cancelled. After the union ends, a subscriber gets
@@ -39,9 +41,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from engine.contracts import MAX_DEMAND
@@ -69,8 +71,8 @@ _LEAVE = object()
 
 _KIND = attrgetter("kind")
 _SOURCE = attrgetter("source")
-_ACTION = attrgetter("action")
-_INPUT = attrgetter("input")
+_INPUT = itemgetter(0)   # of a late entry: LateRecord's fields as a tuple (step_many)
+_ACTION = itemgetter(3)
 
 
 class _Batch:
@@ -253,6 +255,13 @@ class _Input:
                 loop.call_soon_threadsafe(_resolve, future)
             except RuntimeError:
                 pass
+
+
+def _some(names: Iterable[str], most: int = 10) -> str:
+    """Up to ``most`` names for an error message, sorted, with how many more there are."""
+    names = sorted(names)
+    shown = ", ".join(map(repr, names[:most])) or "none"
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -459,7 +468,7 @@ class Union:
         self._pending: deque[Event] = deque()  # outputs of one step beyond the demand
         self._inputs: dict[int, _Input] = {}   # live or still queued, by id
         self._history: list[_Input] = []       # every input ever added, for stats
-        self._names: set[str] = set()
+        self._active: dict[str, _Input] = {}   # active inputs by name (names are unique)
         self._output: _Output | None = None
         self._closed = False
         self._final_sent = False
@@ -497,11 +506,11 @@ class Union:
             if not isinstance(name, str) or not name:
                 raise InputError(f"{self.name}: input name must be a non-empty string, "
                                  f"got {name!r}")
-            if name in self._names:
+            if name in self._active:
                 raise InputError(f"{self.name}: an input named {name!r} is already active; "
                                  "names of active inputs must be unique")
             inp = _Input(self, name, prefetch or self.prefetch)
-            self._names.add(name)
+            self._active[name] = inp
             self._inputs[id(inp)] = inp
             self._history.append(inp)
             self._queue.append((inp, _JOIN))
@@ -547,6 +556,27 @@ class Union:
                 break
         return sent
 
+    def feed_events(self, events: Sequence[Event], *, chunk: int = 1024) -> int:
+        """``feed`` for arrivals that name their input: ``events[i]`` arrived from the input
+        opened (``open_input``) under the name ``events[i].source``.
+
+        For recordings whose events carry their device's name, as replayed logs do: there is
+        no column of inputs to build or to check against the names, which makes this the
+        cheapest way in. A source that names no input opened here (an input added with
+        ``add`` is fed by its publisher, not by name) raises ``InputError`` naming the
+        arrival, and nothing of its block is sent; an input that leaves while its block is
+        being queued raises ``ClosedError``, as ``try_send`` would.
+        """
+        self._check_chunk("feed_events", chunk)
+        sent = 0
+        for lo in range(0, len(events), chunk):
+            block = events[lo:lo + chunk]
+            n = self._feed_named(block, lo)
+            sent += n
+            if n < len(block):
+                break
+        return sent
+
     def _check_chunk(self, who: str, chunk: object) -> None:
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
             raise ValueError(f"{self.name}.{who}(): chunk must be a positive int, "
@@ -571,20 +601,66 @@ class Union:
             if sent < half:
                 return sent
             return sent + self._feed_block(emitters[half:], events[half:])
-        # each event named after its input: sources mapped to the inputs' own name strings
-        # first, so the comparison is by identity (equal strings built apart compare slowly)
-        own = {name: name for name in names.values()}
+        # each event named after its input (an equal string is enough: equal strings built
+        # apart compare as fast as one string with itself, and hash alike in the merge)
         if (not fits or list(map(type, events)).count(Event) != len(events)
-                or list(map(own.get, map(_SOURCE, events)))
-                != list(map(names.__getitem__, emitters))):
+                or list(map(_SOURCE, events)) != list(map(names.__getitem__, emitters))):
             return self._feed_each(emitters, events)
+        return self._enqueue(counts, events, lambda: emitters)
+
+    def _feed_named(self, events: Sequence[Event], offset: int) -> int:
+        """``_feed_block`` for ``feed_events``: the inputs are found by the events' sources."""
+        if list(map(type, events)).count(Event) != len(events):
+            for i, event in enumerate(events):
+                if event.__class__ is not Event:
+                    raise TypeError(f"{self.name}.feed_events(): arrival {offset + i} is "
+                                    f"{type(event).__name__} {event!r}; expected an "
+                                    "engine.Event")
+        sources = list(map(_SOURCE, events))
+        try:
+            tally = Counter(sources)
+        except TypeError:  # an unhashable source: not a name
+            tally = {}
+        counts = []
+        by_name: dict[str, Emitter] = {}
+        active = self._active
+        for name, n in tally.items():
+            inp = active.get(name) if isinstance(name, str) else None
+            if inp is None or inp.subscription.__class__ is not _EmitterSubscription:
+                tally = {}
+                break
+            counts.append((inp, n))
+            by_name[name] = Emitter(inp)
+        if not tally:
+            for i, name in enumerate(sources):
+                inp = active.get(name) if isinstance(name, str) else None
+                if inp is None or inp.subscription.__class__ is not _EmitterSubscription:
+                    raise InputError(
+                        f"{self.name}.feed_events(): arrival {offset + i} names input "
+                        f"{name!r}, which is not open here; expected the name of an input "
+                        f"opened with open_input (open now: {_some(active)})")
+        if not all(inp.requested - inp.received >= n for inp, n in counts):
+            if len(events) > 16:
+                half = len(events) // 2
+                sent = self._feed_named(events[:half], offset)
+                if sent < half:
+                    return sent
+                return sent + self._feed_named(events[half:], offset + half)
+            return self._feed_each(list(map(by_name.__getitem__, sources)), events)
+        return self._enqueue(counts, events, lambda: list(map(by_name.__getitem__, sources)))
+
+    def _enqueue(self, counts: list[tuple[_Input, int]], events: Sequence[Event],
+                 emitters: Callable[[], Sequence[Emitter]]) -> int:
+        """Queue a checked block as one batch, under the gates of all its inputs (see
+        ``_Input.gate``); if one of them has left meanwhile, arrival by arrival instead, which
+        names it. ``emitters()``: the block's inputs column, built only for that."""
         counts.sort(key=lambda pair: id(pair[0]))  # one lock order for every feeder
         gates = [inp.gate for inp, _ in counts]
         for gate in gates:
             gate.acquire()
         try:
             if any(inp.left for inp, _ in counts):
-                return self._feed_each(emitters, events, locked=True)
+                return self._feed_each(emitters(), events, locked=True)
             for inp, n in counts:
                 received = inp.received = inp.received + n
                 if received - inp.processed > inp.peak:
@@ -629,7 +705,7 @@ class Union:
             inp.state = state
             inp.error = error
             inp.requested = inp.received  # unused credit returns to the pool
-            self._names.discard(inp.name)
+            del self._active[inp.name]
             self._queue.append((inp, _LEAVE))  # the policy sees the leave in arrival order
         inp._wake_senders()
         if error is not None and self.fail_on_input_error:
@@ -935,7 +1011,7 @@ class Union:
             inserts[inp] -= 1
         dropped = 0
         if late:
-            self.late.push_many(late)  # TS §3.3
+            self.late.push_entries(late)  # TS §3.3
             actions = list(map(_ACTION, late))
             adjusted = actions.count(ADJUSTED)
             dropped = len(late) - adjusted
@@ -951,8 +1027,8 @@ class Union:
                     inserts[inp] -= n
             else:
                 for r in late:
-                    inp = by_name[r.input]
-                    if r.action == ADJUSTED:
+                    inp = by_name[r[0]]
+                    if r[3] == ADJUSTED:
                         inp.adjusted += 1  # the clipped copy is emitted: counted below
                     else:
                         inp.dropped += 1

@@ -390,8 +390,9 @@ def test_step_many_decides_exactly_as_step_over_any_split(arrivals, delay, on_la
             k = data.draw(st.integers(1, len(rest)), label="batch size")
             state, e, l, c = engine_step_many(policy, state, rest[:k])
             assert c == [a for a in rest[:k] if a.kind == CTI]
+            assert all(type(entry) is tuple and len(entry) == 5 for entry in l)
             emitted += e
-            late += l
+            late += [LateRecord(*entry) for entry in l]  # entries: the records' fields
             rest = rest[k:]
         assert (state, emitted, late) == expected, policy
 

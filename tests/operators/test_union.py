@@ -284,8 +284,8 @@ batch_ops_strategy = st.lists(
 def test_batch_paths_match_the_reference_on_any_arrival_order(policy, on_late, ops, k,
                                                                prefetch, spare, initial,
                                                                final_cti, max_batch):
-    """try_send_many, feed and feed_columns queue whole batches that the policy runs over in one loop, and
-    batches() hands the output over in lists: on any interleaving, with any demand, the
+    """try_send_many, feed, feed_columns and feed_events queue whole batches that the policy
+    runs over in one loop, and batches() hands the output over in lists: on any interleaving, with any demand, the
     events out (flattened), the late records and the accounting are the reference model's.
     ``max_batch`` 0: a per-element subscriber on the same batch inputs."""
     policy_name, delay = policy
@@ -329,10 +329,15 @@ def test_batch_paths_match_the_reference_on_any_arrival_order(policy, on_late, o
                     open_(NAMES[i % k])
             block = [(open_inputs[NAMES[i % k]], build_event(spec, NAMES[i % k]))
                      for i, spec in arg]
-            if index % 2:
-                sent = union.feed(block, chunk=1 + index)
+            way = index % 4
+            # ways 0 and 1 send the events unnamed: the union names them after their input
+            sends = [(em, e.with_source(None) if way < 2 else e) for em, e in block]
+            if way == 3:  # each event's source names its input
+                sent = union.feed_events([e for _, e in sends], chunk=1 + index)
+            elif way == 1:
+                sent = union.feed(sends, chunk=1 + index)
             else:  # the same arrivals as columns
-                sent = union.feed_columns([em for em, _ in block], [e for _, e in block],
+                sent = union.feed_columns([em for em, _ in sends], [e for _, e in sends],
                                           chunk=1 + index)
             arrivals.extend(event for _, event in block[:sent])
         elif name in open_inputs:
@@ -667,6 +672,22 @@ def test_late_output_is_bounded_and_counts_overflow():
     assert union.stats().input("A").dropped == 5  # counted even when not kept
 
 
+def test_late_output_on_the_batch_path_keeps_records_that_fit_and_counts_the_rest():
+    """Late entries from step_many become LateRecords as they are kept; the others are
+    counted in overflow and in the input's dropped/adjusted all the same (TS §3.3)."""
+    union = Union(max_policy(on_late="adjust"), late_capacity=3)
+    union.subscribe(Probe(MAX_DEMAND))
+    a = union.open_input("A")
+    late = [Event.point(t, source="A") for t in range(4)] + [Event.interval(50, 150, "x", "A")]
+    assert a.try_send_many([Event.cti(100, source="A")] + late) == 6
+    stats = union.stats()
+    assert (stats.late.records, stats.late.buffered, stats.late.overflow) == (5, 3, 2)
+    assert (stats.input("A").dropped, stats.input("A").adjusted) == (4, 1)
+    kept = union.late.drain()
+    assert kept == [LateRecord("A", e, 100, DROPPED) for e in late[:3]]
+    assert all(type(r) is LateRecord for r in kept)
+
+
 def test_adjust_clips_overlapping_intervals_and_drops_points():
     union = Union(goldilocks(2, "adjust"))
     probe = Probe(MAX_DEMAND)
@@ -746,6 +767,51 @@ def test_try_send_returns_false_without_credit():
     probe.request(1)
     assert a.try_send(Event.point(4))
     assert [e.start for e in probe.items] == [1, 2]
+
+
+def test_feed_events_finds_each_input_by_the_events_source_and_stops_without_credit():
+    union = Union(max_policy(), prefetch=4)
+    union.open_input("A"), union.open_input("B")
+    events = [Event.point(t, source="AB"[t % 2]) for t in range(12)]
+    assert union.feed_events(events) == 8  # no subscriber: 4 each, then no credit
+    stats = union.stats()
+    assert (stats.input("A").received, stats.input("B").received) == (4, 4)
+    probe = Probe(MAX_DEMAND)
+    union.subscribe(probe)
+    assert union.feed_events(events[8:], chunk=3) == 4
+    assert [(e.start, e.source) for e in probe.items] == [(t, "AB"[t % 2]) for t in range(12)]
+    stats = union.stats()
+    assert (stats.input("A").emitted, stats.input("B").emitted) == (6, 6)
+
+
+def test_feed_events_refuses_what_names_no_open_input_and_sends_nothing_of_it():
+    union = Union(max_policy())
+    union.open_input("A")
+    union.add(from_iterable([]), name="P")  # fed by its publisher, not by name
+    good = [Event.point(t, source="A") for t in range(3)]
+    for bad, pattern in [(Event.point(9, source="Z"), r"arrival 3 names input 'Z'.*'A'"),
+                         (Event.point(9), r"arrival 3 names input None"),
+                         (Event.point(9, source="P"), r"arrival 3 names input 'P'"),
+                         (Event.point(9, source=["A"]), r"arrival 3 names input \['A'\]")]:
+        with pytest.raises(InputError, match=pattern):
+            union.feed_events(good + [bad])
+    with pytest.raises(TypeError, match=r"arrival 4 is int 7; expected an engine.Event"):
+        union.feed_events(good + good[:1] + [7])
+    with pytest.raises(ValueError, match="chunk"):
+        union.feed_events(good, chunk=0)
+    assert union.stats().input("A").received == 0  # a refused block is refused whole
+
+
+def test_feed_events_after_an_input_left_refuses_its_name_until_it_is_opened_again():
+    union = Union(max_policy())
+    a = union.open_input("A")
+    union.open_input("B")
+    a.complete()
+    with pytest.raises(InputError, match="'A'"):  # the name is free again: no input has it
+        union.feed_events([Event.point(1, source="B"), Event.point(2, source="A")])
+    again = union.open_input("A")  # a new input under the old name takes the events
+    assert union.feed_events([Event.point(1, source="A")]) == 1
+    assert again.stats().received == 1
 
 
 def test_async_send_suspends_until_there_is_demand():
