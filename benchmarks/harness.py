@@ -47,7 +47,7 @@ IMPLS: tuple[Impl, ...] = (
     Impl("numpy", peers.numpy_vectorised, "peer", True, ("columns",)),
     Impl("union_inline", ours.union_inline, "ours", True, ("merged", "source_index")),
     Impl("union_feed", ours.union_feed, "ours", True, ("merged", "source_index")),
-    Impl("union_batches", ours.union_batches, "ours", True, ("merged", "source_index")),
+    Impl("union_batches", ours.union_batches, "ours", True, ("merged",)),
     Impl("union_threads", ours.union_threads, "ours", False, ("per_input",)),
     Impl("union_asyncio", ours.union_asyncio, "ours", False, ("per_input",)),
     Impl("cti_sync", ours.cti_sync, "ours", True, ("merged",)),
