@@ -116,7 +116,7 @@ class InputStats(NamedTuple):
 
 
 class UnionStats(NamedTuple):
-    inputs: tuple[InputStats, ...]   # active inputs and those that left, oldest first
+    inputs: tuple[InputStats, ...]   # active inputs and the latest that left, oldest first
     received: int
     emitted: int                     # inserts emitted (adjusted included)
     ctis: int                        # CTIs emitted
@@ -129,6 +129,8 @@ class UnionStats(NamedTuple):
     late: LateStats
     closed: bool
     done: bool
+    forgotten: int = 0               # inputs that left whose own stats were let go (counted
+    keep_departed: int = 0           # in the totals above); the bound on those kept
 
     def input(self, name: str) -> InputStats:
         for stats in reversed(self.inputs):
@@ -442,24 +444,32 @@ class Union:
     ``late_capacity``: the late side output's buffer. ``fail_on_input_error``: an input's error
     fails the union instead of only removing that input. ``final_cti``: end with a CTI at +∞.
     ``executor``: where the merge runs (``None``: on whichever thread signals, trampolined).
+    ``keep_departed``: how many inputs that have left keep their own line in ``stats()``
+    (the latest to leave); older ones are folded into the totals and counted in
+    ``forgotten``, so a union that sees devices come and go for months holds O(active +
+    keep_departed) of them, not every one it ever saw.
     """
 
     def __init__(self, policy: Policy, *, prefetch: int = 256, max_buffered: int = 65_536,
                  late_capacity: int = 10_000, fail_on_input_error: bool = False,
                  final_cti: bool = False, executor: object = None,
-                 name: str = "union") -> None:
+                 keep_departed: int = 1024, name: str = "union") -> None:
         if policy is None or not callable(getattr(policy, "step", None)):
             raise TypeError(f"{name}: policy must provide initial/step/join/leave, "
                             f"got {policy!r}")
         if prefetch <= 0 or max_buffered <= 0:
             raise ValueError(f"{name}: prefetch and max_buffered must be > 0, got "
                              f"{prefetch} and {max_buffered}")
+        if not isinstance(keep_departed, int) or keep_departed < 0:
+            raise ValueError(f"{name}: keep_departed must be an int >= 0, got "
+                             f"{keep_departed!r}")
         self.policy = policy
         self.name = name
         self.prefetch = prefetch
         self.max_buffered = max_buffered
         self.fail_on_input_error = fail_on_input_error
         self.final_cti = final_cti
+        self.keep_departed = keep_departed
         self.late = LateOutput(late_capacity, name=f"{name}.late")
         self._executor = as_executor(executor) if executor is not None else INLINE
         self._lock = threading.Lock()
@@ -467,7 +477,12 @@ class Union:
         self._queue: deque[tuple[_Input, Any]] = deque()
         self._pending: deque[Event] = deque()  # outputs of one step beyond the demand
         self._inputs: dict[int, _Input] = {}   # live or still queued, by id
-        self._history: list[_Input] = []       # every input ever added, for stats
+        # for stats(), in the order added: active inputs and the latest keep_departed to leave
+        self._history: dict[int, _Input] = {}
+        self._departed: deque[_Input] = deque()  # those that left and are kept, by leaving
+        self._forgotten = 0                    # inputs let go from _history ...
+        self._forgotten_totals = (0, 0, 0, 0)  # ... and their received, emitted, dropped, adjusted
+        self._added = 0
         self._active: dict[str, _Input] = {}   # active inputs by name (names are unique)
         self._output: _Output | None = None
         self._closed = False
@@ -502,7 +517,7 @@ class Union:
             if self._closed or self._done:
                 raise ClosedError(f"{self.name} is closed; no input can be added")
             if name is None:
-                name = f"input-{len(self._history)}"
+                name = f"input-{self._added}"
             if not isinstance(name, str) or not name:
                 raise InputError(f"{self.name}: input name must be a non-empty string, "
                                  f"got {name!r}")
@@ -512,7 +527,8 @@ class Union:
             inp = _Input(self, name, prefetch or self.prefetch)
             self._active[name] = inp
             self._inputs[id(inp)] = inp
-            self._history.append(inp)
+            self._history[id(inp)] = inp
+            self._added += 1
             self._queue.append((inp, _JOIN))
         self._wake()
         return inp
@@ -1075,7 +1091,19 @@ class Union:
         # _LEAVE: the input is gone and everything it sent has been merged
         with self._lock:
             self._inputs.pop(id(inp), None)
+            self._departed.append(inp)
+            while len(self._departed) > self.keep_departed:
+                self._forget(self._departed.popleft())
         return self.policy.leave(state, inp.name)
+
+    def _forget(self, inp: _Input) -> None:
+        """Fold a departed input's final counts into the totals and let it go (under the
+        lock, so stats() sees it either in _history or in the totals, never both)."""
+        del self._history[id(inp)]
+        received, emitted, dropped, adjusted = self._forgotten_totals
+        self._forgotten_totals = (received + inp.received - inp.ctis, emitted + inp.emitted,
+                                  dropped + inp.dropped, adjusted + inp.adjusted)
+        self._forgotten += 1
 
     # ================================================================ credit (TS §4.4)
     def _grant(self) -> None:
@@ -1126,15 +1154,18 @@ class Union:
                           inp.prefetch, inp.error, inp.discarded, ctis)
 
     def stats(self) -> UnionStats:
-        """Frozen per-input and total accounting; O(inputs ever added)."""
-        inputs = tuple(self._input_stats(inp) for inp in list(self._history))
-        received = sum(s.received for s in inputs)
-        buffered = sum(s.buffered for s in inputs)
+        """Frozen per-input and total accounting; O(active inputs + keep_departed)."""
+        with self._lock:
+            kept = list(self._history.values())
+            forgotten, (received, emitted, dropped, adjusted) = (self._forgotten,
+                                                                  self._forgotten_totals)
+        inputs = tuple(self._input_stats(inp) for inp in kept)
         return UnionStats(
-            inputs, received, sum(s.emitted for s in inputs), self._ctis,
-            sum(s.dropped for s in inputs), sum(s.adjusted for s in inputs), self._output_cti,
-            buffered, self._peak, self.max_buffered, self.late.stats(), self._closed,
-            self._done)
+            inputs, received + sum(s.received for s in inputs),
+            emitted + sum(s.emitted for s in inputs), self._ctis,
+            dropped + sum(s.dropped for s in inputs), adjusted + sum(s.adjusted for s in inputs),
+            self._output_cti, sum(s.buffered for s in inputs), self._peak, self.max_buffered,
+            self.late.stats(), self._closed, self._done, forgotten, self.keep_departed)
 
     def __repr__(self) -> str:
         return f"Union({self.policy!r}, inputs={len(self._inputs)})"

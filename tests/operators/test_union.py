@@ -658,6 +658,45 @@ def test_remove_racing_an_arriving_event_never_strands_it():
                 assert s.received == s.emitted + s.dropped and s.buffered == 0, (seed, s)
 
 
+@settings(max_examples=200, deadline=None)
+@given(keep=st.integers(0, 4), sessions=st.lists(
+    st.tuples(st.sampled_from(NAMES), st.lists(st.integers(0, 30), max_size=6),
+              st.sampled_from(["complete", "error", "remove", "stay"])), max_size=14))
+def test_stats_keep_the_latest_departed_inputs_and_fold_the_rest_into_the_totals(keep,
+                                                                                 sessions):
+    """Devices come and go for ever: stats() holds the active inputs and the latest
+    ``keep_departed`` to leave; the totals still count every input ever added."""
+    union = Union(max_policy(), keep_departed=keep)
+    union.subscribe(Probe(MAX_DEMAND))
+    union.open_input("clock").try_send(Event.cti(10))  # events before 10 are late
+    sent = dropped = 0
+    left: list[str] = []
+    open_now: dict[str, object] = {}
+    for i, (name, times, end) in enumerate(sessions):
+        name = f"{name}{i}"
+        em = open_now[name] = union.open_input(name)
+        for t in times:
+            assert em.try_send(Event.point(t))
+        sent += len(times)
+        dropped += sum(t < 10 for t in times)
+        if end != "stay":
+            getattr(open_now.pop(name), end)(*([RuntimeError(name)] if end == "error" else []))
+            left.append(name)
+    stats = union.stats()
+    assert (stats.received, stats.dropped, stats.emitted) == (sent, dropped, sent - dropped)
+    assert stats.forgotten == max(0, len(left) - keep) and stats.keep_departed == keep
+    kept = [s.name for s in stats.inputs]
+    assert kept == [n for n in ["clock"] + [f"{n}{i}" for i, (n, _, _) in enumerate(sessions)]
+                    if n not in left or n in left[max(0, len(left) - keep):]]  # added order
+    assert len(union._history) <= 1 + len(open_now) + keep  # O(active + keep_departed)
+    assert_accounting(stats)
+
+
+def test_keep_departed_is_checked():
+    with pytest.raises(ValueError, match="keep_departed"):
+        Union(max_policy(), keep_departed=-1)
+
+
 def test_late_output_is_bounded_and_counts_overflow():
     union = Union(max_policy(), late_capacity=3)
     union.subscribe(Probe(MAX_DEMAND))
