@@ -541,7 +541,9 @@ class Union:
         batch (one queue item, one wake-up, the policy run over it in one loop). Returns how
         many were sent: the first arrival without credit (after merging what was sent) stops
         the feed, and the caller resumes from there. ``feed_columns`` takes the same arrivals
-        as two parallel sequences, which spares building and splitting the pairs.
+        as two parallel sequences, which spares building and splitting the pairs. As with an
+        emitter's sends, an input's arrivals come from one producer at a time (RS §1.3): two
+        threads may feed at once only if no input is fed by both.
         """
         self._check_chunk("feed", chunk)
         arrivals = iter(arrivals)
