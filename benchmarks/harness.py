@@ -49,6 +49,7 @@ IMPLS: tuple[Impl, ...] = (
     Impl("union_feed", ours.union_feed, "ours", True, ("merged", "source_index")),
     Impl("union_batches", ours.union_batches, "ours", True, ("merged",)),
     Impl("union_threads", ours.union_threads, "ours", False, ("per_input",)),
+    Impl("union_threads_batches", ours.union_threads_batches, "ours", False, ("per_input",)),
     Impl("union_asyncio", ours.union_asyncio, "ours", False, ("per_input",)),
     Impl("cti_sync", ours.cti_sync, "ours", True, ("merged",)),
     Impl("columnar", ours.columnar, "ours", True, ("columns",)),
@@ -57,7 +58,7 @@ IMPLS: tuple[Impl, ...] = (
 )
 MEMORY = "slow_subscriber_memory"
 #: Rows printed but not written to JSON, whose names are fixed (``NAMES``).
-EXTRA: tuple[str, ...] = ("step_loop", "union_feed", "union_batches")
+EXTRA: tuple[str, ...] = ("step_loop", "union_feed", "union_batches", "union_threads_batches")
 ALL_NAMES: tuple[str, ...] = tuple(i.name for i in IMPLS) + (MEMORY,)
 NAMES: tuple[str, ...] = tuple(name for name in ALL_NAMES if name not in EXTRA)
 _BY_NAME = {i.name: i for i in IMPLS}
@@ -72,6 +73,7 @@ TARGETS = (
     ("union_feed", "plain_loop", 0.2),
     ("union_batches", "rxpy", 10.0),
     ("union_batches", "plain_loop", 0.2),
+    ("union_threads_batches", "thread_queues", 2.0),
 )
 MEMORY_TARGET_MIB = 16.0
 #: Within a round, an implementation whose run takes less than this (s) is run again, up to

@@ -6,6 +6,8 @@
 - ``union_batches``: the batch path end to end: ``Union.feed_events`` in, ``Union.batches()``
   out, into a subscriber that counts lists (same arrival order).
 - ``union_threads``: the same union fed by four producer threads (``send_blocking``).
+- ``union_threads_batches``: the same, each thread sending its list with
+  ``send_many_blocking`` (batches as credit allows).
 - ``union_asyncio``: the same union fed by four asyncio tasks (``await send``).
 - ``cti_sync``: ``pipe(from_iterable(merged), cti_sync(delay))`` — one stream, no union.
 - ``columnar``: the policy's numpy kernel (``policy.run_columns``) over the workload columns.
@@ -38,7 +40,7 @@ from operators.union import Union
 from benchmarks.workload import DELAY, Counts, Workload
 
 __all__ = ["CountingSubscriber", "CountingBatchSubscriber", "union_inline", "union_feed",
-           "union_batches", "union_threads", "union_asyncio",
+           "union_batches", "union_threads", "union_threads_batches", "union_asyncio",
            "cti_sync",
            "columnar", "replay_jsonl", "replay_parquet", "slow_subscriber_memory",
            "RSSSampler", "WAIT"]
@@ -238,6 +240,29 @@ def union_threads(w: Workload) -> tuple[Counts, int]:
     union.close()
     sub.wait("union_threads")
     return _union_result("union_threads", union, sub, w.inserts)
+
+
+def union_threads_batches(w: Workload) -> tuple[Counts, int]:
+    """``union_threads`` through the batch path: each of the four producer threads hands its
+    whole list to ``send_many_blocking``, which sends as much as credit allows as one batch
+    and blocks for more; the output goes to the same per-element counting subscriber."""
+    union = Union(goldilocks(DELAY))
+    emitters = [union.open_input(name) for name in w.names]
+    sub = CountingSubscriber()
+    union.subscribe(sub)
+
+    def produce(em: Any, events: list) -> None:
+        if em.send_many_blocking(events, WAIT) != len(events):
+            raise BenchmarkError(f"union_threads_batches: {em.name} waited {WAIT} s for credit")
+        em.complete()
+
+    with ThreadPoolExecutor(max_workers=len(emitters)) as pool:
+        futures = [pool.submit(produce, em, events) for em, events in zip(emitters, w.per_input)]
+        for f in futures:
+            f.result()
+    union.close()
+    sub.wait("union_threads_batches")
+    return _union_result("union_threads_batches", union, sub, w.inserts)
 
 
 def union_asyncio(w: Workload) -> tuple[Counts, int]:

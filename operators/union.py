@@ -11,7 +11,8 @@
     a.remove(); b.complete(); union.close()    # completes when closed and all inputs left
 
     # the batch path: arrivals in, lists out (same events, same order, less per event)
-    b.try_send_many(events); union.feed_columns(emitters, events)
+    b.try_send_many(events); b.send_many_blocking(events, timeout=1.0)
+    union.feed_columns(emitters, events)
     union.feed_events(named)                   # each event's source names its input
     union.batches(max_batch=1024).subscribe(list_subscriber)
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
@@ -397,6 +399,35 @@ class Emitter(InputHandle):
         self._check_open()
         inp.on_next(event)
         return True
+
+    def send_many_blocking(self, events: Sequence[Event], timeout: float | None = None) -> int:
+        """``send_blocking`` for many events: all of ``events`` in order, each run of them
+        that credit allows going in as one batch (``try_send_many``), the thread blocking
+        while there is no credit. ``timeout`` bounds the whole call; returns how many were
+        sent (``len(events)`` unless it ran out). The batch path for producer threads.
+        ``ClosedError`` if the input leaves or the union fails meanwhile; its message says how
+        many were sent before."""
+        inp = self._input
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sent, total = 0, len(events)
+        try:
+            while sent < total:
+                room = inp.requested - inp.received
+                if room > 0:
+                    sent += self.try_send_many(events[sent:sent + room])
+                    continue
+                self._check_open()
+                cond = inp._credit_cond
+                if cond is None:
+                    cond = inp._credit_cond = threading.Condition()
+                with cond:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not cond.wait_for(lambda: self._credit() > 0 or inp.left
+                                         or inp.union._error is not None, left):
+                        return sent
+        except ClosedError as err:
+            raise ClosedError(f"{err} ({sent} of the {total} events were sent)") from err
+        return sent
 
     def complete(self) -> None:
         """This producer is done: the input leaves once its events are merged."""

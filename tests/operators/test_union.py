@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import random
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -83,6 +84,16 @@ class Probe:
     @property
     def terminated(self) -> bool:
         return bool(self.errors) or self.completed > 0
+
+
+def wait_until(predicate, timeout: float = TIMEOUT) -> None:
+    """For a state with no signal to wait on (another thread's progress): checks it every
+    millisecond until it holds, failing after ``timeout`` s."""
+    pause = threading.Event()
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        pause.wait(0.001)
 
 
 def check_output(items: list[Event]) -> None:
@@ -919,6 +930,80 @@ def test_send_blocking_wakes_with_closed_error_when_removed():
         a.remove()
         with pytest.raises(ClosedError):
             future.result(TIMEOUT)
+
+
+def test_send_many_blocking_sends_everything_in_order_as_credit_returns():
+    union = Union(max_policy(), prefetch=2)
+    probe = Probe()
+    union.subscribe(probe)
+    a = union.open_input("A")
+    events = [Event.point(t, source="A") for t in range(10)]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(a.send_many_blocking, events, TIMEOUT)
+        for n in range(1, 11):  # demand one at a time: the sender waits for each credit
+            probe.request(1)
+            probe.wait(lambda p, n=n: len(p.items) == n)
+        assert future.result(TIMEOUT) == 10
+    assert probe.items == events and probe.overrun == 0
+    assert a.stats().peak_buffered <= 2
+
+
+def test_send_many_blocking_returns_what_was_sent_when_it_times_out():
+    union = Union(max_policy(), prefetch=2)
+    a = union.open_input("A")  # no subscriber: two events of credit, then none
+    assert a.send_many_blocking([Event.point(t) for t in range(5)], timeout=0.05) == 2
+    assert a.send_many_blocking([], timeout=0.05) == 0
+    assert a.stats().received == 2
+
+
+def test_send_many_blocking_wakes_with_closed_error_saying_how_many_were_sent():
+    union = Union(max_policy(), prefetch=2)
+    a = union.open_input("A")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(a.send_many_blocking, [Event.point(t) for t in range(5)], TIMEOUT)
+        wait_until(lambda: a.stats().received == 2)  # then it blocks: no credit
+        a.remove()
+        with pytest.raises(ClosedError, match="2 of the 5 events were sent"):
+            future.result(TIMEOUT)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_send_many_blocking_from_threads_keeps_order_and_accounting(seed):
+    """Seeded stress: four producer threads, each a list of its own events in time order,
+    into a small union drained by random demand: every event is emitted or late, once, and
+    each input's emitted events keep its order."""
+    rng = random.Random(seed)
+    union = Union(goldilocks(3), prefetch=rng.randint(1, 64), max_buffered=rng.randint(64, 200))
+    probe = Probe()
+    union.subscribe(probe)
+    lists = {name: [Event.cti(t, source=name) if t % 50 == 49 else Event.point(t, source=name)
+                    for t in range(rng.randint(500, 3000))] for name in "ABCD"}
+    emitters = {name: union.open_input(name) for name in lists}
+
+    def produce(name):
+        assert emitters[name].send_many_blocking(lists[name], TIMEOUT) == len(lists[name])
+        emitters[name].complete()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(produce, name) for name in lists]
+        union.close()
+        while not probe.terminated:
+            probe.request(rng.randint(1, 300))
+            probe.wait(lambda p: len(p.items) >= p.requested or p.terminated)
+        for f in futures:
+            f.result(TIMEOUT)
+    probe.request(MAX_DEMAND)
+    probe.wait(lambda p: p.terminated)
+    assert probe.completed == 1 and not probe.errors and probe.overrun == 0
+    check_output(probe.items)
+    stats = union.stats()
+    assert_accounting(stats, union.late.drain())
+    for name, sent in lists.items():
+        mine = [e for e in probe.items if e.source == name]
+        assert mine == sorted(mine, key=lambda e: e.start)  # each input's order kept
+        s = stats.input(name)
+        assert s.received == sum(e.kind != CTI for e in sent) == s.emitted + s.dropped
+        assert s.ctis == sum(e.kind == CTI for e in sent)
 
 
 # ------------------------------------------------------------------------------- arguments
