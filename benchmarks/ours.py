@@ -221,10 +221,6 @@ def union_batches(w: Workload) -> tuple[Counts, int]:
 def union_threads(w: Workload) -> tuple[Counts, int]:
     """Four producer threads on a pool, each blocking for credit (``send_blocking``); the
     merge runs on whichever producer thread signals it (``executor=None``)."""
-    union = Union(goldilocks(DELAY))
-    emitters = [union.open_input(name) for name in w.names]
-    sub = CountingSubscriber()
-    union.subscribe(sub)
 
     def produce(em: Any, events: list) -> None:
         send = em.send_blocking
@@ -233,36 +229,36 @@ def union_threads(w: Workload) -> tuple[Counts, int]:
                 raise BenchmarkError(f"union_threads: {em.name} waited {WAIT} s for credit")
         em.complete()
 
+    return _threaded("union_threads", w, produce)
+
+
+def _threaded(who: str, w: Workload, produce: Any) -> tuple[Counts, int]:
+    """A union whose four inputs are fed by ``produce(emitter, events)`` on four pool
+    threads (the merge on whichever producer signals), into the counting subscriber."""
+    union = Union(goldilocks(DELAY))
+    emitters = [union.open_input(name) for name in w.names]
+    sub = CountingSubscriber()
+    union.subscribe(sub)
     with ThreadPoolExecutor(max_workers=len(emitters)) as pool:
         futures = [pool.submit(produce, em, events) for em, events in zip(emitters, w.per_input)]
         for f in futures:
             f.result()
     union.close()
-    sub.wait("union_threads")
-    return _union_result("union_threads", union, sub, w.inserts)
+    sub.wait(who)
+    return _union_result(who, union, sub, w.inserts)
 
 
 def union_threads_batches(w: Workload) -> tuple[Counts, int]:
     """``union_threads`` through the batch path: each of the four producer threads hands its
     whole list to ``send_many_blocking``, which sends as much as credit allows as one batch
     and blocks for more; the output goes to the same per-element counting subscriber."""
-    union = Union(goldilocks(DELAY))
-    emitters = [union.open_input(name) for name in w.names]
-    sub = CountingSubscriber()
-    union.subscribe(sub)
 
     def produce(em: Any, events: list) -> None:
         if em.send_many_blocking(events, WAIT) != len(events):
             raise BenchmarkError(f"union_threads_batches: {em.name} waited {WAIT} s for credit")
         em.complete()
 
-    with ThreadPoolExecutor(max_workers=len(emitters)) as pool:
-        futures = [pool.submit(produce, em, events) for em, events in zip(emitters, w.per_input)]
-        for f in futures:
-            f.result()
-    union.close()
-    sub.wait("union_threads_batches")
-    return _union_result("union_threads_batches", union, sub, w.inserts)
+    return _threaded("union_threads_batches", w, produce)
 
 
 def union_asyncio(w: Workload) -> tuple[Counts, int]:

@@ -672,22 +672,20 @@ class Union:
             tally = {}
         counts = []
         by_name: dict[str, Emitter] = {}
-        active = self._active
         for name, n in tally.items():
-            inp = active.get(name) if isinstance(name, str) else None
-            if inp is None or inp.subscription.__class__ is not _EmitterSubscription:
+            inp = self._opened(name)
+            if inp is None:
                 tally = {}
                 break
             counts.append((inp, n))
             by_name[name] = Emitter(inp)
-        if not tally:
+        if not tally:  # name the first arrival that has no input to go to
             for i, name in enumerate(sources):
-                inp = active.get(name) if isinstance(name, str) else None
-                if inp is None or inp.subscription.__class__ is not _EmitterSubscription:
+                if self._opened(name) is None:
                     raise InputError(
                         f"{self.name}.feed_events(): arrival {offset + i} names input "
                         f"{name!r}, which is not open here; expected the name of an input "
-                        f"opened with open_input (open now: {_some(active)})")
+                        f"opened with open_input (open now: {_some(self._active)})")
         if not all(inp.requested - inp.received >= n for inp, n in counts):
             if len(events) > 16:
                 half = len(events) // 2
@@ -697,6 +695,13 @@ class Union:
                 return sent + self._feed_named(events[half:], offset + half)
             return self._feed_each(list(map(by_name.__getitem__, sources)), events)
         return self._enqueue(counts, events, lambda: list(map(by_name.__getitem__, sources)))
+
+    def _opened(self, name: object) -> _Input | None:
+        """The active input opened with ``open_input`` under ``name``, if any."""
+        inp = self._active.get(name) if isinstance(name, str) else None
+        if inp is None or inp.subscription.__class__ is not _EmitterSubscription:
+            return None
+        return inp
 
     def _enqueue(self, counts: list[tuple[_Input, int]], events: Sequence[Event],
                  emitters: Callable[[], Sequence[Emitter]]) -> int:
