@@ -8,7 +8,6 @@ import concurrent.futures
 import itertools
 import logging
 import threading
-import time
 
 import pytest
 
@@ -28,6 +27,7 @@ from engine import (
 )
 from engine.tck import ManualSubscriber, background_loop, stop_loop
 from operators.basic import map
+from tests.waiting import wait_until
 
 TIMEOUT = 2.0
 
@@ -193,12 +193,8 @@ def test_raising_subscriber_is_cancelled_and_reported(where, executor, violation
 
 def probe_wait(predicate, timeout=TIMEOUT):
     """Wait until ``predicate()`` is truthy: the violation may be reported from another thread
-    just after the call returned. Re-checks every few milliseconds, up to ``timeout``."""
-    tick = threading.Event()
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        tick.wait(0.002)
+    just after the call returned."""
+    wait_until(predicate, timeout)
 
 
 @pytest.mark.parametrize("shape", ["pipe-map", "transform"])

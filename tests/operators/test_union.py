@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import random
 import threading
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +24,7 @@ from engine.times import MAX_TIME, format_ns
 from operators import Union, cti_sync, goldilocks, max_policy, min_policy
 from operators.union import ACTIVE, COMPLETED, FAILED, REMOVED
 from tests.reference import reference_goldilocks, reference_min
+from tests.waiting import wait_until
 
 TIMEOUT = 10.0
 MINUTE = 60 * 10**9
@@ -84,16 +84,6 @@ class Probe:
     @property
     def terminated(self) -> bool:
         return bool(self.errors) or self.completed > 0
-
-
-def wait_until(predicate, timeout: float = TIMEOUT) -> None:
-    """For a state with no signal to wait on (another thread's progress): checks it every
-    millisecond until it holds, failing after ``timeout`` s."""
-    pause = threading.Event()
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        pause.wait(0.001)
 
 
 def check_output(items: list[Event]) -> None:
@@ -961,7 +951,7 @@ def test_send_many_blocking_wakes_with_closed_error_saying_how_many_were_sent():
     a = union.open_input("A")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         future = pool.submit(a.send_many_blocking, [Event.point(t) for t in range(5)], TIMEOUT)
-        wait_until(lambda: a.stats().received == 2)  # then it blocks: no credit
+        wait_until(lambda: a.stats().received == 2, TIMEOUT)  # then it blocks: no credit
         a.remove()
         with pytest.raises(ClosedError, match="2 of the 5 events were sent"):
             future.result(TIMEOUT)
