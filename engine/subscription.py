@@ -38,7 +38,7 @@ from engine.executors import INLINE, Executor
 from engine.violations import report_violation
 
 __all__ = ["SubscriptionBase", "BufferedSubscription", "SerialUpstream", "DEFAULT_BUDGET",
-           "check_subscriber", "refuse_subscription"]
+           "check_subscriber", "refuse_subscription", "SIGNALS"]
 
 #: Elements one drain turn may deliver before yielding its executor.
 DEFAULT_BUDGET = 1024
@@ -51,10 +51,41 @@ def refuse_subscription(subscription: Any, who: str) -> None:
     report_violation("RS §2.5", f"{who}: second on_subscribe; cancelled it", party=subscription)
 
 
+#: The methods that make an object a subscriber (engine.contracts.Subscriber).
+SIGNALS = ("on_subscribe", "on_next", "on_error", "on_complete")
+
+
 def check_subscriber(subscriber: object) -> None:
-    """``subscribe(None)`` raises ``TypeError`` at once (RS §1.9)."""
+    """``subscribe(None)``, or of anything that is not a subscriber (an object with the four
+    signal methods, callable), raises ``TypeError`` at once (RS §1.9) — before the publisher
+    takes a slot or schedules a signal, so nothing is reported later in its place.
+
+    Every publisher here calls it first thing in ``subscribe``; ``SubscriptionBase`` calls it
+    too, for the publishers built on it elsewhere.
+    """
     if subscriber is None:
         raise TypeError("RS §1.9: subscribe() requires a subscriber, got None")
+    if isinstance(subscriber, type):  # RS §1.9: a class is not a subscriber, its instances are
+        raise TypeError(f"RS §1.9: subscribe() requires a subscriber, got the class "
+                        f"{subscriber.__name__}; pass an instance, {subscriber.__name__}(...)")
+    missing = [name for name in SIGNALS if not callable(getattr(subscriber, name, None))]
+    if missing:  # RS §1.9: refused at once, as None is
+        raise TypeError(_not_a_subscriber(subscriber, missing))
+
+
+def _not_a_subscriber(subscriber: object, missing: list[str]) -> str:
+    kind = type(subscriber).__name__
+    what = f"{kind} {subscriber!r}" if len(repr(subscriber)) <= 60 else kind
+    text = (f"RS §1.9: subscribe() requires a subscriber (an object with callable "
+            f"{', '.join(SIGNALS[:-1])} and {SIGNALS[-1]}); got {what}, whose "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing or not "
+            "callable")
+    if callable(subscriber):
+        name = getattr(subscriber, "__name__", "")
+        name = name if name.isidentifier() else "fn"
+        text += (f"; to call a function with each element, pass "
+                 f"CallbackSubscriber({name}) (engine.CallbackSubscriber) instead")
+    return text
 
 
 class SubscriptionBase:

@@ -253,6 +253,45 @@ class PublisherVerification:
             return
         raise AssertionError("subscribe(None) must raise TypeError at once (RS §1.9)")
 
+    @rule("1.9", "2.13")
+    def test_rs_1_9_subscribe_non_subscriber_raises_type_error(self) -> None:
+        # What a user passes by mistake: a function, a lambda, a string, an object lacking a
+        # signal method, one whose on_next is not callable, the class instead of an instance.
+        # Python's counterpart of the JVM's type check: refused at once, as None is — not
+        # accepted and then broken on its first signal (RS §2.13 reported in its place).
+        class NoComplete:
+            def on_subscribe(self, subscription: Any) -> None: ...
+            def on_next(self, item: Any) -> None: ...
+            def on_error(self, error: BaseException) -> None: ...
+
+        class DataNext(NoComplete):
+            on_next = 1  # type: ignore[assignment]
+
+            def on_complete(self) -> None: ...
+
+        elements = 0 if self.max_elements == 0 else 1
+        publisher = self.create_publisher(elements)
+        failing = publisher is None
+        if failing:
+            publisher = self._failed_publisher()
+        for wrong in (print, lambda item: None, "subscriber", NoComplete(), DataNext(),
+                      ManualSubscriber):
+            try:
+                publisher.subscribe(wrong)
+            except TypeError:
+                continue
+            raise AssertionError(f"subscribe({wrong!r}) must raise TypeError at once: it is "
+                                 "not a subscriber (RS §1.9)")
+        # nothing was taken or scheduled in their place: a subscriber is served as usual
+        probe = self._subscribe(publisher)
+        probe.request(1)
+        if failing:
+            probe.expect_error(Exception)
+        elif not self.hot:
+            probe.expect_nexts(elements)
+            probe.expect_complete()
+        probe.cancel()
+
     @rule("1.9", "2.12")
     def test_rs_1_9_on_subscribe_first_and_once(self) -> None:
         probe = self._subscribe(self._publisher(1))

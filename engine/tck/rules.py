@@ -34,7 +34,8 @@ RULES: dict[str, str] = {
     "1.6": "after onError/onComplete the subscription is considered cancelled",
     "1.7": "no signals after a terminal signal",
     "1.8": "a cancelled subscription eventually stops being signalled",
-    "1.9": "subscribe calls onSubscribe first, returns normally, raises only for None",
+    "1.9": "subscribe calls onSubscribe first, returns normally, raises only for None "
+           "(in Python: for anything that is not a subscriber)",
     "1.10": "subscribe may be called many times, with a different subscriber each time",
     "1.11": "a publisher may support multiple subscribers (unicast or multicast)",
     "2.1": "a subscriber signals demand with request(n) to receive onNext",
