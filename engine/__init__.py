@@ -5,6 +5,8 @@ The documented surface (DESIGN.md §3)::
     from engine import (Publisher, Subscriber, Subscription, Processor, MAX_DEMAND,
                         from_iterable, empty, failed, from_async_iterable,
                         collect, iterate, CallbackSubscriber, pipe, transform, Event)
+
+Every publisher here derives from ``PublisherBase``: ``async for event in publisher`` works.
 """
 
 from engine.contracts import MAX_DEMAND, Processor, Publisher, Subscriber, Subscription
@@ -20,7 +22,7 @@ from engine.errors import (
 from engine.event import CTI, INTERVAL, POINT, Event, LateRecord
 from engine.executors import INLINE, as_executor
 from engine.multicast import Multicast, TransformProcessor, transform
-from engine.sinks import CallbackSubscriber, collect, iterate
+from engine.sinks import CallbackSubscriber, PublisherBase, collect, iterate
 from engine.sources import empty, failed, from_async_iterable, from_iterable
 from engine.stage import pipe, step_operator
 from engine.subscription import BufferedSubscription, SubscriptionBase
@@ -40,6 +42,7 @@ __all__ = [
     "collect",
     "iterate",
     "CallbackSubscriber",
+    "PublisherBase",
     "pipe",
     "transform",
     "step_operator",

@@ -24,6 +24,7 @@ from typing import Any
 from engine.contracts import MAX_DEMAND, Publisher, Subscription
 from engine.errors import ClosedError
 from engine.executors import INLINE, Executor
+from engine.sinks import PublisherBase
 from engine.subscription import (
     BufferedSubscription,
     SerialUpstream,
@@ -95,7 +96,7 @@ class CursorSubscription(SubscriptionBase):
         self._owner._leave(self, cancelled)
 
 
-class Multicast:
+class Multicast(PublisherBase):
     """A hot publisher sharing one upstream among many subscribers (see module docstring).
 
     It is also the subscriber of that upstream: pass it to ``upstream.subscribe``.
@@ -260,7 +261,7 @@ class _Relay(BufferedSubscription):
             self._processor._relay_cancel()
 
 
-class _InputPublisher:
+class _InputPublisher(PublisherBase):
     """The processor's input as a publisher: exactly one subscriber, ``fn``'s pipeline."""
 
     __slots__ = ("_processor",)
@@ -280,7 +281,7 @@ class _InputPublisher:
         relay.start()
 
 
-class TransformProcessor:
+class TransformProcessor(PublisherBase):
     """A processor whose output is ``fn(input)``, shared by any number of subscribers."""
 
     def __init__(self, fn: Callable[[Publisher], Publisher], *, capacity: int = 256,

@@ -29,7 +29,7 @@ from engine.violations import report_violation
 
 _log = logging.getLogger("goldilocks.sinks")
 
-__all__ = ["CallbackSubscriber", "collect", "iterate", "DEFAULT_PREFETCH"]
+__all__ = ["CallbackSubscriber", "collect", "iterate", "DEFAULT_PREFETCH", "PublisherBase"]
 
 DEFAULT_PREFETCH = 64
 
@@ -208,8 +208,12 @@ def collect(publisher: Publisher, *, timeout: float | None = None,
     return items
 
 
-class _AsyncIterator:
-    """The subscriber behind ``iterate``; bridges signals from any thread onto the loop."""
+class _Receiver:
+    """The subscriber behind ``iterate``: bridges signals from any thread onto the loop.
+
+    Only the subscription references it; the iterator the user holds references it, not the
+    other way round, so dropping that iterator can cancel (see ``_AsyncIterator``).
+    """
 
     def __init__(self, publisher: Publisher, prefetch: int) -> None:
         self._publisher = publisher
@@ -220,6 +224,7 @@ class _AsyncIterator:
         self._ready: asyncio.Event | None = None
         self._subscription: Subscription | None = None
         self._finished = False
+        self._closed = False  # the iteration was abandoned: cancel, now or on on_subscribe
         self._error: BaseException | None = None
         self._consumed = 0
         self._lock = threading.Lock()
@@ -232,6 +237,9 @@ class _AsyncIterator:
             refuse_subscription(subscription, "iterate()")
             return
         self._subscription = subscription
+        if self._closed:  # abandoned before the publisher got round to on_subscribe
+            subscription.cancel()  # RS §2.6
+            return
         subscription.request(self._prefetch)
 
     def on_next(self, item: Any) -> None:
@@ -263,10 +271,7 @@ class _AsyncIterator:
             pass
 
     # ---------------------------------------------------------------- async iterator side
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self
-
-    async def __anext__(self) -> Any:
+    async def next(self) -> Any:
         if not self._started:
             self._started = True
             self._loop = asyncio.get_running_loop()
@@ -281,7 +286,7 @@ class _AsyncIterator:
                 with self._lock:
                     if self._queue:
                         continue
-                if self._error is not None:
+                if self._error is not None and not self._closed:
                     raise self._error
                 raise StopAsyncIteration
             self._ready.clear()  # type: ignore[union-attr]
@@ -296,19 +301,80 @@ class _AsyncIterator:
                 self._subscription.request(more)
         return item
 
-    async def aclose(self) -> None:
-        """Stop early (``break`` out of ``async for`` and close): cancels the subscription."""
+    def close(self) -> None:
+        """Stop: cancel the subscription (RS §2.6) and drop what is queued. Idempotent,
+        from any thread; a later ``next`` ends the iteration."""
+        if self._closed:
+            return
+        self._closed = True
         self._finished = True
-        if self._subscription is not None:
-            self._subscription.cancel()
+        with self._lock:
+            self._queue.clear()
+        subscription = self._subscription
+        if subscription is not None:
+            subscription.cancel()  # RS §3.5: idempotent, never raises
+        self._wake()  # a ``next`` waiting for an element ends instead
+
+
+class _AsyncIterator:
+    """What ``iterate`` returns: an async iterator that subscribes on first use.
+
+    Leaving ``async for`` early (``break``, ``return``, an exception) drops it, and dropping
+    it cancels the subscription at once (``__del__``: immediately in CPython, which frees an
+    object as its last reference goes). ``aclose()`` — or ``contextlib.aclosing`` — cancels
+    explicitly, whatever the interpreter. It is also a subscriber (its receiver's methods),
+    for code that subscribes it by hand.
+    """
+
+    __slots__ = ("_receiver", "on_subscribe", "on_next", "on_error", "on_complete")
+
+    def __init__(self, publisher: Publisher, prefetch: int) -> None:
+        receiver = self._receiver = _Receiver(publisher, prefetch)
+        self.on_subscribe = receiver.on_subscribe
+        self.on_next = receiver.on_next
+        self.on_error = receiver.on_error
+        self.on_complete = receiver.on_complete
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    def __anext__(self) -> Any:
+        return self._receiver.next()
+
+    async def aclose(self) -> None:
+        """Stop early: cancels the subscription (RS §2.6); the iteration ends."""
+        self._receiver.close()
+
+    def __del__(self) -> None:
+        try:
+            self._receiver.close()  # abandoned (e.g. ``break``): the subscription goes too
+        except Exception:  # a finaliser must not raise; cancel() never does (RS §3.15)
+            pass
+
+    def __repr__(self) -> str:
+        return f"iterate({self._receiver._publisher!r}, prefetch={self._receiver._prefetch})"
 
 
 def iterate(publisher: Publisher, *, prefetch: int = DEFAULT_PREFETCH) -> _AsyncIterator:
     """An async iterator over ``publisher``'s elements, for ``async for``.
 
     Subscribes on first use; keeps at most ``prefetch`` elements requested ahead; re-raises the
-    stream's error; ``aclose()`` (or leaving ``async with contextlib.aclosing(...)``) cancels.
+    stream's error. Leaving the loop early cancels the subscription as soon as the iterator is
+    dropped (at once in CPython); ``aclose()`` (or leaving ``async with
+    contextlib.aclosing(...)``) cancels explicitly. Elements delivered to it and not yet taken
+    (at most ``prefetch``) are dropped with it: they were this subscriber's (RS §2.8). Every publisher here also iterates itself
+    this way: ``async for event in publisher`` is ``async for event in iterate(publisher)``.
     """
     if prefetch <= 0:
         raise ValueError(f"iterate(): prefetch must be > 0, got {prefetch}")
     return _AsyncIterator(publisher, prefetch)
+
+
+class PublisherBase:
+    """What every publisher here shares beyond ``subscribe``: ``async for item in publisher``,
+    through ``iterate`` with its default prefetch (``DEFAULT_PREFETCH``)."""
+
+    __slots__ = ()
+
+    def __aiter__(self) -> _AsyncIterator:
+        return iterate(self)

@@ -18,6 +18,7 @@ from typing import Any
 
 from engine.contracts import MAX_DEMAND
 from engine.executors import INLINE, Executor, LoopExecutor, as_executor
+from engine.sinks import PublisherBase
 from engine.subscription import BufferedSubscription, SubscriptionBase, check_subscriber
 
 __all__ = ["from_iterable", "empty", "failed", "from_async_iterable", "IterablePublisher"]
@@ -92,7 +93,7 @@ class _IterableSubscription(SubscriptionBase):
                 pass
 
 
-class IterablePublisher:
+class IterablePublisher(PublisherBase):
     """A cold publisher over an iterable; see ``from_iterable``."""
 
     __slots__ = ("_iterable", "_executor")
@@ -129,7 +130,7 @@ class _EmptySubscription(SubscriptionBase):
         self._completed = True
 
 
-class _Empty:
+class _Empty(PublisherBase):
     __slots__ = ()
 
     def subscribe(self, subscriber: Any) -> None:
@@ -148,7 +149,7 @@ def empty() -> _Empty:
     return _EMPTY
 
 
-class _Failed:
+class _Failed(PublisherBase):
     __slots__ = ("_error",)
 
     def __init__(self, error: BaseException) -> None:
@@ -258,7 +259,7 @@ class _AsyncIterableSubscription(BufferedSubscription):
         self._wake.set()
 
 
-class _AsyncIterablePublisher:
+class _AsyncIterablePublisher(PublisherBase):
     __slots__ = ("_aiterable", "_loop", "_capacity")
 
     def __init__(self, aiterable: AsyncIterable[Any], loop: asyncio.AbstractEventLoop | None,

@@ -30,6 +30,7 @@ from typing import Any
 
 from engine.contracts import Publisher, Subscription
 from engine.executors import INLINE
+from engine.sinks import PublisherBase
 from engine.subscription import (
     BufferedSubscription,
     SerialUpstream,
@@ -179,7 +180,7 @@ class _Inner:
         return f"<{self._owner._name} stage>"
 
 
-class StagePublisher:
+class StagePublisher(PublisherBase):
     """A cold publisher: each subscriber gets its own step and its own upstream subscription."""
 
     __slots__ = ("_upstream", "_make_step", "_prefetch", "name")

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from engine.errors import ClosedError
 from engine.event import LateRecord
 from engine.executors import INLINE
+from engine.sinks import PublisherBase
 from engine.sources import failed
 from engine.subscription import BufferedSubscription, SubscriptionBase, check_subscriber
 
@@ -49,7 +50,7 @@ class _LateSubscription(BufferedSubscription):
         self._owner._detach(self)
 
 
-class LateOutput:
+class LateOutput(PublisherBase):
     """A bounded, hot publisher of ``LateRecord`` (see the module docstring)."""
 
     def __init__(self, capacity: int = 10_000, *, name: str = "late") -> None:

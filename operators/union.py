@@ -53,6 +53,7 @@ from engine.errors import ClosedError, InputError
 from engine.event import ADJUSTED, CTI, Event
 from engine.executors import INLINE, as_executor
 from engine.policy import Policy, step_many
+from engine.sinks import PublisherBase
 from engine.sources import failed
 from engine.subscription import SubscriptionBase, check_subscriber, refuse_subscription
 from engine.times import MAX_TIME
@@ -467,7 +468,7 @@ class _Output(SubscriptionBase):
         self._union._detach(self, cancelled)
 
 
-class Union:
+class Union(PublisherBase):
     """A hot publisher merging dynamic inputs under a time policy (see the module docstring).
 
     ``policy``: any ``engine.policy.Policy`` (``goldilocks(delay)``, ``min_policy()``, …).
@@ -1209,7 +1210,7 @@ class Union:
         return f"Union({self.policy!r}, inputs={len(self._inputs)})"
 
 
-class UnionBatches:
+class UnionBatches(PublisherBase):
     """A union's output in lists of up to ``max_batch`` events: ``Union.batches()``. It is
     the union's one output, as ``subscribe`` is (one subscriber at a time, hot)."""
 

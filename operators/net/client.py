@@ -37,6 +37,7 @@ from engine.contracts import MAX_DEMAND
 from engine.errors import ClosedError, InputError
 from engine.event import Event
 from engine.executors import LoopExecutor, as_executor
+from engine.sinks import PublisherBase
 from engine.sources import failed, from_async_iterable
 from engine.subscription import BufferedSubscription, check_subscriber
 from engine.violations import report_violation
@@ -597,7 +598,7 @@ class _RemoteSubscription(BufferedSubscription):
             self._client._ended(self)
 
 
-class RemoteOutput:
+class RemoteOutput(PublisherBase):
     """The server's merged output as a publisher: each ``subscribe`` opens a wire stream that
     sees what the union merges from then on (the output is live, RS §1.11: multicast)."""
 

@@ -46,6 +46,7 @@ from engine.eventlog import RollingFileSink
 from engine.executors import LoopExecutor
 from engine.sources import failed
 from engine.multicast import CursorSubscription
+from engine.sinks import PublisherBase
 from engine.subscription import check_subscriber
 from engine.violations import report_violation
 
@@ -283,7 +284,7 @@ class _DeviceStream:
         return f"<device stream {self.id} {self.device!r} {self.state}>"
 
 
-class _DevicePublisher:
+class _DevicePublisher(PublisherBase):
     """The device stream as a publisher: one subscriber (the union's input), then closed."""
 
     __slots__ = ("_stream",)
@@ -769,7 +770,7 @@ async def _bounded(coro: Any, timeout: float) -> None:
 
 
 # ============================================================================ the server
-class Server:
+class Server(PublisherBase):
     """A ``Union`` under ``policy`` fed by devices over the network (see the module doc).
 
     ``tokens``: accepted tokens (at least one; compared in constant time, never logged).

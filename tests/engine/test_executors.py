@@ -228,7 +228,7 @@ def test_iterate_keeps_at_most_prefetch_outstanding(violations):
     async def main():
         items = iterate(from_iterable(range(1000)), prefetch=5)
         got = [await items.__anext__() for _ in range(3)]
-        assert len(items._queue) <= 5
+        assert len(items._receiver._queue) <= 5
         return got
 
     assert asyncio.run(main()) == [0, 1, 2]

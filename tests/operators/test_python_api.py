@@ -1,16 +1,28 @@
-"""The Python API as asyncio users meet it: what ``subscribe`` refuses, ``async for`` over any
-publisher (and leaving it early), producers started together with ``asyncio.gather``, and
-the union's stats once it has ended.
+"""The Python API as asyncio users meet it: what ``subscribe`` refuses, and ``async for`` over
+any publisher (and leaving it early).
 
 Everything runs on a real asyncio loop (``asyncio.run``); nothing sleeps to let things happen.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import inspect
+import itertools
+import pkgutil
+
 import pytest
 
-from engine import CallbackSubscriber, from_iterable
-from operators import Union, goldilocks
+from engine import (CallbackSubscriber, ClosedError, Event, LateRecord, PublisherBase, empty,
+                    failed, from_async_iterable, from_iterable, iterate, pipe, transform)
+from engine.event import DROPPED
+from engine.sinks import DEFAULT_PREFETCH
+from engine.stage import step_operator
+from operators import LateOutput, Union, broadcast, goldilocks
+from operators import map as map_events
+
+MS = 10**6
 
 
 # ------------------------------------------------------------------------------ subscribe
@@ -27,3 +39,192 @@ def test_subscribing_a_function_raises_type_error_that_names_the_fix():
 def test_subscribing_a_subscriber_class_asks_for_an_instance():
     with pytest.raises(TypeError, match=r"the class CallbackSubscriber; pass an instance"):
         from_iterable([1]).subscribe(CallbackSubscriber)
+
+
+# ------------------------------------------------------------------------------ async for
+def _points(count: int, source: str = "a") -> list[Event]:
+    return [Event.point(i * MS, source=source) for i in range(count)]
+
+
+def _union() -> tuple[Union, list[Event]]:
+    union = Union(goldilocks(0))
+    emitter = union.open_input("a")
+    events = _points(5)
+    assert emitter.try_send_many(events) == 5
+    emitter.complete()
+    union.close()
+    return union, events
+
+
+def _late() -> tuple[LateOutput, list[LateRecord]]:
+    late = LateOutput(capacity=8)
+    records = [LateRecord("a", Event.point(i, source="a"), i + 1, DROPPED) for i in range(3)]
+    for record in records:
+        late.push(record)
+    late.complete()
+    return late, records
+
+
+async def _arange(count: int):
+    for i in range(count):
+        yield i
+
+
+def _transformed():
+    processor = transform(step_operator(lambda: (lambda x: (x * 10,)), name="times_ten"))
+    from_iterable(range(4)).subscribe(processor)  # hot: flows once someone subscribes to it
+    return processor, [0, 10, 20, 30]
+
+
+#: name -> () -> (publisher, what ``async for`` over it gives)
+PUBLISHERS = {
+    "from_iterable": lambda: (from_iterable(range(5)), list(range(5))),
+    "empty": lambda: (empty(), []),
+    "from_async_iterable": lambda: (from_async_iterable(_arange(4)), [0, 1, 2, 3]),
+    "pipe stage": lambda: (pipe(from_iterable(range(3)), map_events(lambda x: -x)), [0, -1, -2]),
+    "broadcast": lambda: (pipe(from_iterable(range(70)), broadcast(capacity=8)),
+                          list(range(70))),
+    "transform": _transformed,
+    "union": _union,
+    "union.batches": lambda: (lambda u, e: (u.batches(2), [e[0:2], e[2:4], e[4:]]))(*_union()),
+    "union.late": _late,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHERS))
+def test_async_for_over_a_publisher_gives_its_elements(name):
+    async def main():
+        publisher, expected = PUBLISHERS[name]()  # inside the loop: some bind to it
+        return [item async for item in publisher], expected
+
+    got, expected = asyncio.run(main())
+    assert got == expected
+
+
+def test_async_for_over_a_failed_publisher_raises_its_error():
+    async def main():
+        async for _ in failed(ZeroDivisionError("boom")):
+            pass
+
+    with pytest.raises(ZeroDivisionError, match="boom"):
+        asyncio.run(main())
+
+
+def test_every_publisher_the_project_ships_supports_async_for():
+    """Every class in ``engine`` and ``operators`` (the network server and client included)
+    that has a ``subscribe`` derives from ``PublisherBase``, so ``async for`` works on it."""
+    publishers = []
+    for package in ("engine", "operators"):
+        root = importlib.import_module(package)
+        for info in pkgutil.walk_packages(root.__path__, f"{package}."):
+            module = importlib.import_module(info.name)
+            for cls in vars(module).values():
+                if (inspect.isclass(cls) and cls.__module__ == module.__name__
+                        and callable(vars(cls).get("subscribe"))
+                        and not getattr(cls, "_is_protocol", False)):
+                    publishers.append(cls)
+    names = {cls.__qualname__ for cls in publishers}
+    assert {"Union", "UnionBatches", "Multicast", "TransformProcessor", "IterablePublisher",
+            "StagePublisher", "LateOutput", "Server", "RemoteOutput"} <= names
+    assert [cls.__qualname__ for cls in publishers if not issubclass(cls, PublisherBase)] == []
+
+
+class _Tracked:
+    """A re-iterable source whose generator records that it started and that it closed."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.closed = 0
+
+    def __iter__(self):
+        self.started += 1
+        try:
+            yield from itertools.count()
+        finally:
+            self.closed += 1
+
+
+def test_break_out_of_async_for_cancels_the_subscription_at_once():
+    source = _Tracked()
+
+    async def main():
+        async for item in from_iterable(source):
+            if item == 3:
+                break
+        return source.closed  # right after the loop: no turn of the loop in between
+
+    assert asyncio.run(main()) == 1
+
+
+def test_break_out_of_iterate_cancels_too():
+    source = _Tracked()
+
+    async def main():
+        async for item in iterate(from_iterable(source), prefetch=4):
+            if item == 9:
+                break
+        return source.closed
+
+    assert asyncio.run(main()) == 1
+
+
+def test_after_break_the_union_serves_the_next_loop_from_where_it_stopped():
+    """The union has one subscriber at a time: the first loop's break must free it."""
+    async def main():
+        union = Union(goldilocks(0))
+        emitter = union.open_input("a")
+        events = _points(200)
+        assert emitter.try_send_many(events) == 200
+        emitter.complete()
+        union.close()
+        first = []
+        async for event in union:
+            first.append(event)
+            if len(first) == 3:
+                break
+        rest = [event async for event in union]
+        return events, first, rest
+
+    events, first, rest = asyncio.run(main())
+    assert first == events[:3]
+    # hot: the second loop continues after what the first was given — the 3 it took and the
+    # rest of its prefetch, which went with it — and gets everything after, once
+    assert rest and rest == events[-len(rest):]
+    assert len(events) - len(rest) <= DEFAULT_PREFETCH
+
+
+def test_break_out_of_the_last_loop_over_broadcast_cancels_its_upstream():
+    source = _Tracked()
+
+    async def main():
+        shared = pipe(from_iterable(source), broadcast(capacity=4))
+        async for item in shared:
+            if item == 5:
+                break
+        return shared, source.closed
+
+    shared, closed = asyncio.run(main())
+    assert closed == 1  # the last subscriber left: upstream cancelled (its generator closed)
+    probe = CallbackSubscriber(lambda item: None, on_error=lambda err: None)
+    shared.subscribe(probe)
+    assert isinstance(probe.error, ClosedError)
+
+
+def test_iterate_closed_before_on_subscribe_cancels_when_it_arrives():
+    """``aclose()`` while the publisher has not yet called ``on_subscribe`` (it does so on a
+    loop turn): the subscription is cancelled as soon as it arrives."""
+    source = _Tracked()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        items = iterate(from_iterable(source, executor=loop), prefetch=4)
+        pending = asyncio.ensure_future(items.__anext__())  # subscribes on its first step
+        await asyncio.sleep(0)  # that step: subscribe() schedules on_subscribe on the loop
+        await items.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await pending  # woken by aclose(); on_subscribe was delivered on the way (FIFO)
+        subscription = items._receiver._subscription
+        return subscription is not None and subscription.is_done, source.started
+
+    # cancelled in on_subscribe: nothing requested, nothing pulled
+    assert asyncio.run(main()) == (True, 0)
