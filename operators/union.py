@@ -62,12 +62,16 @@ from engine.violations import report_violation
 from operators.late import LateOutput, LateStats
 
 __all__ = ["Union", "InputHandle", "Emitter", "InputStats", "UnionStats", "UnionBatches",
-           "ACTIVE", "COMPLETED", "FAILED", "REMOVED"]
+           "ACTIVE", "COMPLETED", "FAILED", "REMOVED", "SEND_TURN"]
 
 ACTIVE = "active"
 COMPLETED = "completed"
 FAILED = "failed"
 REMOVED = "removed"
+
+#: ``await Emitter.send`` yields the event loop once every this many calls (a fair turn for
+#: the loop's other tasks, at about 1/64 of a ``sleep(0)`` per event).
+SEND_TURN = 64
 
 _JOIN = object()   # arrival markers: the policy sees joins and leaves in arrival order
 _LEAVE = object()
@@ -147,7 +151,8 @@ class _Input:
 
     __slots__ = ("name", "union", "subscription", "state", "error", "requested", "received",
                  "processed", "emitted", "dropped", "adjusted", "last_cti", "peak", "prefetch",
-                 "left", "discarded", "low_water", "ctis", "gate", "_credit_cond", "_waiters")
+                 "left", "discarded", "low_water", "ctis", "gate", "_credit_cond", "_waiters",
+                 "sends")
 
     def __init__(self, union: Union, name: str, prefetch: int) -> None:
         self.name = name
@@ -174,6 +179,7 @@ class _Input:
         self.gate = threading.Lock()
         self._credit_cond: threading.Condition | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.sends = 0       # ``await send`` calls since its task last yielded the loop
 
     # ---------------------------------------------------------------- inner subscriber
     def on_subscribe(self, subscription: Any) -> None:
@@ -364,10 +370,23 @@ class Emitter(InputHandle):
         return len(batch)
 
     async def send(self, event: Event) -> None:
-        """Send, first waiting (on the running loop, no thread blocked) for credit."""
+        """Send, first waiting (on the running loop, no thread blocked) for credit.
+
+        Every ``SEND_TURN``-th call yields the loop first, credit or not: the merge runs
+        inside ``send`` and returns credit at once, so without it one producer task would
+        run to its end before any other (``asyncio.gather`` of two producers would send one
+        after the other, and the second one's events would all come out late). A task
+        cancelled while it yields has sent nothing.
+        """
         if event is None:
             raise TypeError("send() requires an event, got None")
         inp = self._input
+        sends = inp.sends + 1
+        if sends < SEND_TURN:
+            inp.sends = sends
+        else:
+            inp.sends = 0
+            await asyncio.sleep(0)  # a fair turn for the loop's other tasks
         while True:
             self._check_open()
             if self._credit() > 0:
@@ -379,6 +398,7 @@ class Emitter(InputHandle):
             if self._credit() > 0 or inp.left or inp.union._error is not None:
                 # credit arrived (or the input closed) meanwhile: don't wait
                 _resolve(future)
+            inp.sends = 0  # waiting is a turn given up too
             await future
 
     def send_blocking(self, event: Event, timeout: float | None = None) -> bool:

@@ -1,5 +1,5 @@
-"""The Python API as asyncio users meet it: what ``subscribe`` refuses, and ``async for`` over
-any publisher (and leaving it early).
+"""The Python API as asyncio users meet it: what ``subscribe`` refuses, ``async for`` over any
+publisher (and leaving it early), and producers started together with ``asyncio.gather``.
 
 Everything runs on a real asyncio loop (``asyncio.run``); nothing sleeps to let things happen.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from engine import (CallbackSubscriber, ClosedError, Event, LateRecord, PublisherBase, empty,
                     failed, from_async_iterable, from_iterable, iterate, pipe, transform)
-from engine.event import DROPPED
+from engine.event import CTI, DROPPED
 from engine.sinks import DEFAULT_PREFETCH
 from engine.stage import step_operator
 from operators import LateOutput, Union, broadcast, goldilocks
@@ -228,3 +228,46 @@ def test_iterate_closed_before_on_subscribe_cancels_when_it_arrives():
 
     # cancelled in on_subscribe: nothing requested, nothing pulled
     assert asyncio.run(main()) == (True, 0)
+
+
+# ------------------------------------------------------------------------------ fair producers
+def _clock(offset_ms: int, points: int) -> list[Event]:
+    """One producer's events: a point every 2 ms from ``offset_ms``, and after every tenth a
+    CTI at its time (each producer's own clock, in order)."""
+    events = []
+    for k in range(points):
+        t = (2 * k + offset_ms) * MS
+        events.append(Event.point(t))
+        if k % 10 == 9:
+            events.append(Event.cti(t))
+    return events
+
+
+def test_producers_started_with_gather_take_turns_and_none_is_late():
+    """Two producers whose clocks interleave, started together, each awaiting ``send``:
+    nothing they send is late under a one-second delay — as long as neither runs ahead of the
+    other by a second. ``send`` used to return without yielding while there was credit (and
+    the inline merge returns credit at once), so the first producer sent everything before the
+    second started, ran 4 s ahead, and three quarters of the second one's points came late."""
+    points = 2000
+
+    async def produce(emitter, events):
+        for event in events:
+            await emitter.send(event)
+        emitter.complete()
+
+    async def main():
+        union = Union(goldilocks("1s"), final_cti=True)
+        a, b = union.open_input("A"), union.open_input("B")
+        out: list[Event] = []
+        union.subscribe(CallbackSubscriber(out.append))
+        await asyncio.gather(produce(a, _clock(0, points)), produce(b, _clock(1, points)))
+        union.close()
+        return union.stats(), out
+
+    stats, out = asyncio.run(main())
+    assert (stats.dropped, stats.adjusted, stats.late.records) == (0, 0, 0)
+    assert stats.emitted == 2 * points and stats.done
+    sources = [e.source for e in out if e.kind != CTI]
+    longest = max(len(list(run)) for _, run in itertools.groupby(sources))
+    assert longest < points // 4, f"one producer ran {longest} events ahead of the other"
