@@ -89,8 +89,9 @@ async def main() -> None:
     print(f"  {'input':<9} {'state':<10} {'recv':>4} {'ctis':>4} {'emit':>4} {'drop':>4} "
           f"{'adj':>3} {'lag':>6}  last CTI")  # recv: inserts; emit includes adjusted
     for s in stats.inputs:
-        # lag is measured against the output CTI; after the final CTI at +inf it says nothing
-        lag = "-" if s.lag is None or stats.output_cti == MAX_TIME else f"{s.lag // SECOND}s"
+        # lag: the output CTI minus the input's last CTI (after the final CTI at +inf, the
+        # output CTI before it: the lag the input ended with)
+        lag = "-" if s.lag is None else f"{s.lag // SECOND}s"
         last = "-" if s.last_cti is None else format_ns(s.last_cti)
         print(f"  {s.name:<9} {s.state:<10} {s.received:>4} {s.ctis:>4} {s.emitted:>4} "
               f"{s.dropped:>4} {s.adjusted:>3} {lag:>6}  {last}")

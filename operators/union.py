@@ -113,7 +113,8 @@ class InputStats(NamedTuple):
     dropped: int
     adjusted: int
     last_cti: int | None
-    lag: int | None          # output CTI − this input's last CTI, in ns (positive: behind)
+    lag: int | None          # output CTI − this input's last CTI, in ns (positive: behind);
+                             # once the output is at +inf, against the CTI before it
     buffered: int            # arrived, not yet merged
     peak_buffered: int
     prefetch: int            # the per-input bound
@@ -542,6 +543,7 @@ class Union(PublisherBase):
         self._done = False
         self._error: BaseException | None = None
         self._output_cti: int | None = None
+        self._cti_before_final: int | None = None  # what lag is measured against after +inf
         self._ctis = 0
         self._peak = 0
         self._rotate = 0
@@ -1128,6 +1130,7 @@ class Union(PublisherBase):
 
     def _final(self) -> Event:
         self._final_sent = True
+        self._cti_before_final = self._output_cti
         self._output_cti = MAX_TIME
         self._ctis += 1
         return Event(CTI, MAX_TIME, None, None, None)
@@ -1205,6 +1208,10 @@ class Union(PublisherBase):
     def _input_stats(self, inp: _Input) -> InputStats:
         output_cti = self._output_cti
         last = inp.last_cti
+        if self._final_sent:
+            # the final CTI at +inf ends time; it is no time to lag behind (2**63 - 1 - last
+            # says nothing): the lag is the one the input ended with
+            output_cti = self._cti_before_final
         lag = None if output_cti is None or last is None else output_cti - last
         received = inp.received
         ctis = inp.ctis

@@ -1,5 +1,6 @@
 """The Python API as asyncio users meet it: what ``subscribe`` refuses, ``async for`` over any
-publisher (and leaving it early), and producers started together with ``asyncio.gather``.
+publisher (and leaving it early), producers started together with ``asyncio.gather``, and
+the union's stats once it has ended.
 
 Everything runs on a real asyncio loop (``asyncio.run``); nothing sleeps to let things happen.
 """
@@ -19,10 +20,12 @@ from engine import (CallbackSubscriber, ClosedError, Event, LateRecord, Publishe
 from engine.event import CTI, DROPPED
 from engine.sinks import DEFAULT_PREFETCH
 from engine.stage import step_operator
+from engine.times import MAX_TIME
 from operators import LateOutput, Union, broadcast, goldilocks
 from operators import map as map_events
 
 MS = 10**6
+MINUTE = 60 * 10**9
 
 
 # ------------------------------------------------------------------------------ subscribe
@@ -271,3 +274,31 @@ def test_producers_started_with_gather_take_turns_and_none_is_late():
     sources = [e.source for e in out if e.kind != CTI]
     longest = max(len(list(run)) for _, run in itertools.groupby(sources))
     assert longest < points // 4, f"one producer ran {longest} events ahead of the other"
+
+
+# ------------------------------------------------------------------------------ stats
+def test_lag_after_the_final_cti_is_the_lag_each_input_ended_with():
+    union = Union(goldilocks("5m"), final_cti=True)
+    out: list[Event] = []
+    union.subscribe(CallbackSubscriber(out.append))
+    a, b = union.open_input("A"), union.open_input("B")
+    assert a.try_send(Event.cti(10 * MINUTE)) and b.try_send(Event.cti(7 * MINUTE))
+    running = {s.name: s.lag for s in union.stats().inputs}
+    assert running == {"A": -5 * MINUTE, "B": -2 * MINUTE}  # output CTI 5 min
+    a.complete()
+    b.complete()
+    union.close()
+    stats = union.stats()
+    assert stats.done and stats.output_cti == MAX_TIME and out[-1] == Event.cti(MAX_TIME)
+    assert {s.name: s.lag for s in stats.inputs} == running
+
+
+def test_lag_of_an_input_that_ended_time_itself_is_measured_against_the_last_cti():
+    union = Union(goldilocks("5m"), final_cti=True)
+    union.subscribe(CallbackSubscriber(lambda event: None))
+    a = union.open_input("A")
+    assert a.try_send(Event.cti(MAX_TIME))  # A's clock ran to the end: output CTI +inf - 5m
+    a.complete()
+    union.close()
+    (stats,) = union.stats().inputs
+    assert stats.last_cti == MAX_TIME and stats.lag == -5 * MINUTE
