@@ -48,6 +48,7 @@ _PRIOR = "_gl_prior"
 _DELAYED = "_gl_d"
 _BUCKET = "_gl_bucket"
 _BEFORE_BUCKET = "_gl_before_bucket"
+_WIDTH = "_gl_w"
 _ROWS_PER_BUCKET = 250_000
 _MIN_BUCKETS = 8
 
@@ -123,21 +124,28 @@ def _bucketed_prior(df: DataFrame, groups: list[str], order: list[str],
     # int64 key can exceed int64. One row; joined to every row as a broadcast constant.
     span = F.max(key).cast("decimal(20,0)") - F.min(key).cast("decimal(20,0)")
     width = df.agg(
-        F.greatest(F.lit(1), F.floor(span / target) + F.lit(1)).cast("bigint").alias("_gl_w"))
+        F.greatest(F.lit(1), F.floor(span / target) + F.lit(1)).cast("bigint").alias(_WIDTH))
     # ``div`` rounds toward zero: still monotone in the key, and it cannot overflow.
     rows = df.crossJoin(F.broadcast(width)).withColumn(
-        _BUCKET, F.expr(f"`{order[0]}` div _gl_w")).drop("_gl_w")
+        _BUCKET, F.expr(f"`{order[0]}` div {_WIDTH}"))
 
     by = [F.col(g) for g in groups]
-    maxima = rows.groupBy(*by, F.col(_BUCKET)).agg(F.max(_DELAYED).alias("_gl_bmax"))
-    earlier_buckets = (Window.partitionBy(*(by or [F.lit(0)])).orderBy(_BUCKET)
+    # The width is one value per replay, computed from the data: grouping by it changes no
+    # group, and partitioning by it gives the window over the bucket rows a key Spark cannot
+    # fold away. Without group columns those rows still go to one task, as intended (one row
+    # per bucket); an empty or constant key (``lit(0)``, which the optimiser removes) made
+    # Spark warn "No Partition Defined for Window operation" at every action — a warning
+    # about moving all the data to one partition, while the log rows never take this path.
+    maxima = rows.groupBy(*by, F.col(_BUCKET), F.col(_WIDTH)).agg(
+        F.max(_DELAYED).alias("_gl_bmax"))
+    earlier_buckets = (Window.partitionBy(*by, F.col(_WIDTH)).orderBy(_BUCKET)
                        .rowsBetween(Window.unboundedPreceding, -1))
     prefix = maxima.select(*by, F.col(_BUCKET),
                            F.max("_gl_bmax").over(earlier_buckets).alias(_BEFORE_BUCKET))
     join_on = [*groups, _BUCKET]
     if not groups:
         prefix = F.broadcast(prefix)
-    rows = rows.join(prefix, on=join_on, how="inner")
+    rows = rows.drop(_WIDTH).join(prefix, on=join_on, how="inner")
 
     earlier_rows = (Window.partitionBy(*by, F.col(_BUCKET)).orderBy(*order)
                     .rowsBetween(Window.unboundedPreceding, -1))
@@ -146,7 +154,9 @@ def _bucketed_prior(df: DataFrame, groups: list[str], order: list[str],
 
 
 def _global_prior(df: DataFrame, groups: list[str], order: list[str]) -> DataFrame:
-    """Add ``_PRIOR`` by one window over the whole log (per group): the reference strategy."""
+    """Add ``_PRIOR`` by one window over the whole log (per group): the reference strategy.
+    Without groups Spark warns "No Partition Defined for Window operation", and rightly: it
+    moves every row to one partition, which is what this strategy is kept to show."""
     window = Window.orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
     if groups:
         window = window.partitionBy(*groups)

@@ -209,3 +209,29 @@ def test_bucketed_plan_moves_no_rows_to_a_single_partition(spark):
     plan = _plan(bucketed)
     assert _rows_sent_to_one_partition(plan) == []  # only one partial maximum per partition
     assert "_gl_bucket" in plan
+
+
+def _window_partition_keys(frame) -> list[int]:
+    """How many partition expressions each window of ``frame``'s physical plan has."""
+    found, stack = [], [frame._jdf.queryExecution().sparkPlan()]
+    while stack:
+        node = stack.pop()
+        if node.nodeName() == "Window":
+            found.append(node.partitionSpec().size())
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return found
+
+
+def test_bucketed_plan_has_no_window_without_a_partition(spark):
+    """A window without partition keys makes Spark log "WARN WindowExec: No Partition Defined
+    for Window operation!" at every action: the default replay must have none (the bucket
+    rows' window is partitioned by the bucket width, one value per replay)."""
+    from spark_adapter import replay
+
+    frame = _logs_frame(spark, [_seed_example()]).drop("g")
+    global_, late = replay(frame, delay="5m", strategy="global")
+    assert 0 in _window_partition_keys(global_)  # the reference does; the check can fail
+    for staged in replay(frame, delay="5m"):
+        keys = _window_partition_keys(staged)
+        assert keys and 0 not in keys, keys
