@@ -7,6 +7,7 @@ The documented surface (``docs/spark.md``)::
     watermark_stage(stream_df, *, delay, on_late="drop", ...) -> DataFrame   # streaming
     split_late(staged) -> (events, late)
     register(spark)     # the streaming source, short name "goldilocks"
+    use_driver_python(spark)  # local sessions: workers run this interpreter (done by the above)
     cti_to_watermark_ms(cti) / watermark_ms_to_cti(ms)        # the exact CTI <-> watermark map
 
 This is the only package that imports ``pyspark``, and it does so lazily: ``import
@@ -31,6 +32,8 @@ __all__ = [
     "SOURCE_NAME",
     "cti_to_watermark_ms",
     "watermark_ms_to_cti",
+    "use_driver_python",
+    "WorkerPythonError",
 ]
 
 # name -> module that defines it; only the module of a name actually used is imported.
@@ -46,6 +49,8 @@ _HOME = {
     "split_late": "spark_adapter.streaming",
     "register": "spark_adapter.source",
     "GoldilocksDataSource": "spark_adapter.source",
+    "use_driver_python": "spark_adapter.session",
+    "WorkerPythonError": "spark_adapter.session",
 }
 
 

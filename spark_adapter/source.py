@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from engine.errors import InputError
 from spark_adapter.schema import EVENT_LOG_COLUMNS, EVENT_LOG_SCHEMA, SOURCE_NAME
+from spark_adapter.session import use_driver_python, worker_python_error
 
 __all__ = [
     "GoldilocksDataSource",
@@ -352,7 +353,12 @@ class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 # -- driver-side helpers ---------------------------------------------------------------------
 
 def register(spark: Any) -> None:
-    """Register the data source under ``"goldilocks"`` in ``spark`` (idempotent). Driver."""
+    """Register the data source under ``"goldilocks"`` in ``spark`` (idempotent). Driver.
+
+    First makes sure the Python workers that will run it can import Goldilocks
+    (``spark_adapter.session.use_driver_python``: a local session's workers run the driver's
+    interpreter unless the user chose one)."""
+    use_driver_python(spark)  # before shipping: the class is sent with the interpreter to run
     spark.dataSource.register(GoldilocksDataSource)
 
 
@@ -381,4 +387,10 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
               .option("bad_records", bad_records))
     if quarantine is not None:
         reader = reader.option("quarantine", os.path.abspath(os.fspath(quarantine)))
-    return reader.load()
+    try:
+        return reader.load()  # creates the source in a Python worker: it must import us
+    except Exception as err:
+        explained = worker_python_error(err, spark)
+        if explained is None:
+            raise
+        raise explained from err

@@ -46,6 +46,7 @@ from pyspark.sql.types import (BooleanType, ByteType, IntegerType, LongType, Sho
 from engine.errors import InputError
 from engine.policy import Policy, resolve_policy
 from spark_adapter.schema import KIND_CTI, ORDER_COLUMNS, WATERMARK_THRESHOLD
+from spark_adapter.session import use_driver_python
 
 __all__ = ["watermark_stage", "split_late", "StageConfig", "run_stage_batch"]
 
@@ -223,6 +224,7 @@ def watermark_stage(stream_df: DataFrame, *, delay: object = None,
     if not stream_df.isStreaming:
         raise InputError("watermark_stage: expected a streaming DataFrame (spark.readStream…); "
                          "for a recorded log use spark_adapter.replay")
+    use_driver_python(stream_df.sparkSession)  # before per_group is shipped with its Python
     if isinstance(policy, str):  # the engine's defaults (engine.replay)
         if delay is None:
             delay = "5m" if policy == "goldilocks" else 0

@@ -1,0 +1,70 @@
+"""A Spark user's first try: a bare local session, no ``PYSPARK_PYTHON``, read and replay a log.
+
+It runs in a fresh process (the test session's Spark is shared and was set up with
+``PYSPARK_PYTHON``), started without ``PYSPARK_PYTHON`` or ``PYTHONPATH`` and in an empty
+directory, so the workers PySpark starts find Goldilocks only if we make them run the
+driver's interpreter. Its console is the user's console: Spark logs at its default level
+(WARN) there, and replay must not flood it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spark_support import engine_replay_bytes
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+FLEET = Path(__file__).resolve().parents[2] / "examples" / "data" / "fleet.jsonl"
+
+_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from pyspark.sql import SparkSession
+    from spark_adapter import WorkerPythonError, read_event_log, replay
+
+    log_path, other_python = sys.argv[1], sys.argv[2]
+    spark = SparkSession.builder.master("local[1]").getOrCreate()
+    events, late = replay(read_event_log(spark, log_path), delay="5m")
+    print(json.dumps({"events": events.count(), "late": late.count(),
+                      "python": spark.sparkContext.pythonExec}))
+    # The user chooses an interpreter that lacks Goldilocks: our error, saying what to do
+    spark.sparkContext.pythonExec = other_python
+    try:
+        read_event_log(spark, log_path)
+    except WorkerPythonError as err:
+        print(json.dumps({"error": str(err)}))
+    spark.stop()
+""")
+
+
+def test_a_bare_local_session_reads_and_replays_without_pyspark_python(tmp_path):
+    # An interpreter without Goldilocks: this one, without its site-packages (-S); Spark
+    # still gives it pyspark through PYTHONPATH, as it does to any worker.
+    other = tmp_path / "python-without-goldilocks"
+    other.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    other.chmod(0o755)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, str(FLEET), str(other)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result, refused = [json.loads(line) for line in done.stdout.splitlines()
+                       if line.startswith("{")]
+
+    out, late = engine_replay_bytes([FLEET], tmp_path, delay="5m")
+    assert (result["events"], result["late"]) == (out.count(b"\n"), late.count(b"\n"))
+    assert result["python"] == sys.executable  # a local session: the driver's interpreter
+
+    message = refused["error"]
+    assert str(other) in message and "cannot import 'spark_adapter'" in message
+    assert f"PYSPARK_PYTHON={sys.executable}" in message
+
+    assert "WindowExec" not in done.stderr, [line for line in done.stderr.splitlines()
+                                             if "WindowExec" in line][:3]
