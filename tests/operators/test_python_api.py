@@ -49,11 +49,12 @@ def _points(count: int, source: str = "a") -> list[Event]:
     return [Event.point(i * MS, source=source) for i in range(count)]
 
 
-def _union() -> tuple[Union, list[Event]]:
+def _union(count: int = 5) -> tuple[Union, list[Event]]:
+    """A closed union holding ``count`` on-time points from one input, merged on demand."""
     union = Union(goldilocks(0))
     emitter = union.open_input("a")
-    events = _points(5)
-    assert emitter.try_send_many(events) == 5
+    events = _points(count)
+    assert emitter.try_send_many(events) == count
     emitter.complete()
     union.close()
     return union, events
@@ -174,12 +175,7 @@ def test_break_out_of_iterate_cancels_too():
 def test_after_break_the_union_serves_the_next_loop_from_where_it_stopped():
     """The union has one subscriber at a time: the first loop's break must free it."""
     async def main():
-        union = Union(goldilocks(0))
-        emitter = union.open_input("a")
-        events = _points(200)
-        assert emitter.try_send_many(events) == 200
-        emitter.complete()
-        union.close()
+        union, events = _union(200)
         first = []
         async for event in union:
             first.append(event)
