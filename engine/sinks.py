@@ -272,6 +272,8 @@ class _Receiver:
 
     # ---------------------------------------------------------------- async iterator side
     async def next(self) -> Any:
+        if self._closed:
+            raise StopAsyncIteration  # closed before (or after) it began: nothing to subscribe
         if not self._started:
             self._started = True
             self._loop = asyncio.get_running_loop()
