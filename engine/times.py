@@ -9,22 +9,35 @@ included) and ISO-8601 strings with an offset or ``Z``. A naive datetime or a st
 an offset is refused: a clock that does not say its zone is exactly the skew this project
 exists to contain.
 
-Accepted durations: ``int`` nanoseconds, ``timedelta`` (pendulum ``Duration`` included),
-ISO-8601 (``"PT5M"``, ``"P1DT2H"``) and the compact form ``"5m"``, ``"1h30m"``, ``"250ms"``,
-``"1.5s"``.
+Accepted durations: ``int`` nanoseconds (also as a string of digits, ``"300000000000"``, as a
+command line gives it), ``timedelta`` (pendulum ``Duration`` included), ISO-8601 (``"PT5M"``,
+``"P1DT2H"``), the compact form ``"5m"``, ``"1h30m"``, ``"250ms"``, ``"1.5s"``, and the
+spelled-out form of Spark's intervals, ``"5 minutes"``, ``"1 hour 30 minutes"``,
+``"interval 10 seconds"`` (every unit word has one meaning: ``m``/``min``/``minute`` is a
+minute, ``ms``/``millisecond`` a millisecond; months and years, whose length varies, are
+refused).
+
+An ISO-8601 instant may carry any number of fractional digits; digits past the ninth are
+dropped (the instant is truncated to its nanosecond, the same rule on every path).
 
 >>> to_ns("1970-01-01T00:00:01Z")
 1000000000
 >>> to_duration_ns("1h30m") == 90 * 60 * 10**9
 True
+>>> to_duration_ns("5 minutes") == to_duration_ns("5m") == to_duration_ns("300000000000")
+True
 >>> format_ns(1_500_000_000)
 '1970-01-01T00:00:01.500000000Z'
+>>> format_rfc3339(1_500_000_000)
+'1970-01-01T00:00:01.500Z'
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import re
+from functools import lru_cache
+from typing import Iterable
 
 import pendulum
 
@@ -39,7 +52,13 @@ __all__ = [
     "to_ns",
     "to_duration_ns",
     "format_ns",
+    "format_rfc3339",
+    "fraction_digits",
     "format_duration_ns",
+    "TIME_UNITS",
+    "PLAUSIBLE_YEARS",
+    "UNSCALED_RANGES",
+    "looks_unscaled",
 ]
 
 NS_PER_US = 1_000
@@ -52,18 +71,20 @@ MIN_TIME = -(2**63)
 MAX_TIME = 2**63 - 1
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_UNITS_NS = {
-    "ns": 1,
-    "us": NS_PER_US,
-    "µs": NS_PER_US,
-    "ms": NS_PER_MS,
-    "s": NS_PER_S,
-    "m": 60 * NS_PER_S,
-    "min": 60 * NS_PER_S,
-    "h": 3600 * NS_PER_S,
-    "d": 86400 * NS_PER_S,
+_UNIT_WORDS = {
+    1: ("ns", "nanosecond", "nanoseconds"),
+    NS_PER_US: ("us", "µs", "microsecond", "microseconds"),
+    NS_PER_MS: ("ms", "millisecond", "milliseconds"),
+    NS_PER_S: ("s", "sec", "secs", "second", "seconds"),
+    60 * NS_PER_S: ("m", "min", "mins", "minute", "minutes"),
+    3600 * NS_PER_S: ("h", "hour", "hours"),
+    86400 * NS_PER_S: ("d", "day", "days"),
+    7 * 86400 * NS_PER_S: ("w", "week", "weeks"),
 }
-_COMPACT = re.compile(r"(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|min|s|m|h|d)")
+_UNITS_NS = {word: scale for scale, words in _UNIT_WORDS.items() for word in words}
+#: a number and the unit word after it (spaces allowed between and around them)
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([^\W\d_]+)\s*")
+_DIGITS = re.compile(r"\s*\d+\s*")
 
 
 def _datetime_to_ns(value: _dt.datetime, what: str) -> int:
@@ -124,7 +145,7 @@ def _parse_instant(text: str, what: str) -> int:
     ns = _datetime_to_ns(parsed, what)
     match = _FRACTION.search(stripped)
     if match and len(match.group(1)) > 6:  # datetime keeps microseconds; keep the rest too
-        digits = (match.group(1) + "000000000")[:9]
+        digits = (match.group(1) + "000000000")[:9]  # past the ninth: truncated (TS §1.4)
         ns += int(digits[6:])
     return ns
 
@@ -178,23 +199,35 @@ def _parse_duration(text: str, what: str) -> int:
                 "expected days or smaller units"
             )
         return to_duration_ns(parsed, what=what)
+    if _DIGITS.fullmatch(stripped):  # a bare integer: nanoseconds, as an int would be
+        return int(stripped)
+    words = stripped.lower()
+    if words.startswith("interval") and words[8:9].isspace():  # Spark: 'interval 5 minutes'
+        words = words[8:]
     position = 0
     total = 0
-    for match in _COMPACT.finditer(stripped.lower()):
-        if match.start() != position and stripped[position:match.start()].strip():
+    for match in _PART.finditer(words):
+        if match.start() != position:
             break
         number, unit = match.groups()
-        scale = _UNITS_NS[unit]
+        scale = _UNITS_NS.get(unit)
+        if scale is None:
+            if unit.rstrip("s") in ("month", "year", "mo", "y", "yr"):
+                raise TimeFormatError(
+                    f"{what}: {text!r} uses years or months, whose length varies; "
+                    "expected days or smaller units")
+            break
         if "." in number:
             whole, frac = number.split(".")
             total += int(whole) * scale + (int(frac) * scale) // 10 ** len(frac)
         else:
             total += int(number) * scale
         position = match.end()
-    if position == 0 or stripped[position:].strip():
+    if position == 0 or position != len(words):
         raise TimeFormatError(
-            f"{what}: cannot parse {text!r} as a duration; expected ISO-8601 ('PT5M') or a "
-            "compact form such as '5m', '1h30m', '250ms' (units ns, us, ms, s, m, h, d)"
+            f"{what}: cannot parse {text!r} as a duration; expected ISO-8601 ('PT5M'), a "
+            "compact form such as '5m', '1h30m', '250ms' (units ns, us, ms, s, m, h, d, w), "
+            "words such as '5 minutes', or integer nanoseconds"
         )
     return total
 
@@ -214,6 +247,76 @@ def format_ns(ns: int) -> str:
     except OverflowError:
         return str(ns)
     return f"{stamp.strftime('%Y-%m-%dT%H:%M:%S')}.{frac:09d}Z"
+
+
+def format_rfc3339(ns: int, digits: int | None = None) -> str:
+    """Render an instant as RFC 3339 UTC: ``2026-11-22T08:00:00Z``, with a fraction only as
+    needed, in groups of three digits (``.500``, ``.000250``, ``.000000001``).
+
+    ``digits`` (0, 3, 6 or 9) fixes the fraction instead (truncating), for columns of times
+    printed alike. Every ``int64`` renders, ``MIN_TIME`` and ``MAX_TIME`` included (years
+    1677 to 2262), and ``to_ns`` reads the text back to the same ``ns``.
+    """
+    seconds, frac = divmod(ns, NS_PER_S)
+    if digits is None:
+        digits = (0 if frac == 0 else 3 if frac % NS_PER_MS == 0 else
+                  6 if frac % NS_PER_US == 0 else 9)
+    if digits:
+        return f"{_second_text(seconds)}.{frac:09d}"[:20 + digits] + "Z"
+    return _second_text(seconds) + "Z"
+
+
+@lru_cache(maxsize=4096)
+def _second_text(seconds: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of a second since the epoch (cached: a log's times cluster)."""
+    return (_EPOCH + _dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def fraction_digits(values: Iterable[int]) -> int:
+    """The fraction digits (0, 3, 6 or 9) that render every one of ``values`` exactly: the
+    one precision for a column of times (``format_rfc3339(t, digits)``)."""
+    digits = 0
+    for t in values:
+        frac = t % NS_PER_S
+        if frac % NS_PER_US:
+            return 9
+        digits = max(digits, 0 if frac == 0 else 3 if frac % NS_PER_MS == 0 else 6)
+    return digits
+
+
+#: The units a log's integer times may be given in (``--time-unit``), as nanoseconds each.
+TIME_UNITS = {"s": NS_PER_S, "ms": NS_PER_MS, "us": NS_PER_US, "ns": 1}
+
+#: The years in which an integer, read in one of the coarser units, makes it implausible as
+#: nanoseconds in a log: such an integer is refused unless the unit is given.
+PLAUSIBLE_YEARS = (2000, 2100)
+_YEAR_LO = (_dt.datetime(PLAUSIBLE_YEARS[0], 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH).days * 86400
+_YEAR_HI = (_dt.datetime(PLAUSIBLE_YEARS[1], 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH).days * 86400
+#: ``(unit, lowest, highest + 1)``: the integers that are an instant of ``PLAUSIBLE_YEARS``
+#: when read in that unit
+UNSCALED_RANGES = tuple((unit, _YEAR_LO * NS_PER_S // scale, _YEAR_HI * NS_PER_S // scale)
+                        for unit, scale in TIME_UNITS.items() if scale > 1)
+
+
+def looks_unscaled(value: int) -> str | None:
+    """The unit (``"s"``, ``"ms"``, ``"us"``) in which the integer ``value`` is an instant
+    between the years ``PLAUSIBLE_YEARS`` (2000 to 2100) — unless, as nanoseconds, it is a
+    whole number of seconds — or ``None``.
+
+    Such an integer taken as nanoseconds would be an instant in the first seven weeks of
+    1970 (within 4.1 s, 68 min or 47.5 days after the epoch): no clock of a log of today
+    says that, while the epoch seconds, milliseconds and microseconds of today's logs say
+    exactly this. The ranges do not overlap: ``1795334400`` is seconds (2026-11-22),
+    ``1795334400000`` milliseconds. Relative clocks that start at 0 (tests, simulations)
+    stay plausible: below 0.95 s, 15.7 min and 10.9 days, and at whole seconds
+    (``2_000_000_000``, two seconds, is read as nanoseconds; an epoch-seconds log is refused
+    at its first time that is not one of the four instants 10**9, …, 4 * 10**9).
+    """
+    if value % NS_PER_S:
+        for unit, lo, hi in UNSCALED_RANGES:
+            if lo <= value < hi:
+                return unit
+    return None
 
 
 def format_duration_ns(ns: int) -> str:

@@ -155,11 +155,46 @@ def test_negative_duration_is_refused(value):
     assert "expected a duration >= 0" in message
 
 
-@pytest.mark.parametrize("text", ["-5m", "5x", "m5", "5m garbage", "five minutes", "1h30"])
+@pytest.mark.parametrize("text", ["-5m", "5x", "m5", "5m garbage", "five minutes", "1h30",
+                                  "5 minutes later", "5 mins 3", "-300", "1.5", "interval",
+                                  "5 m s", "3 fortnights"])
 def test_unparseable_duration_is_refused(text):
     message = _error(to_duration_ns, text, what="--delay")
     assert message.startswith(f"--delay: cannot parse {text!r} as a duration")
-    assert "expected ISO-8601 ('PT5M') or a compact form" in message
+    assert "expected ISO-8601 ('PT5M'), a compact form" in message
+    assert "words such as '5 minutes', or integer nanoseconds" in message
+
+
+@pytest.mark.parametrize("value, ns", [
+    ("0", 0),  # a bare integer is nanoseconds, as an int is
+    ("300000000000", 5 * MIN),
+    (" 42 ", 42),
+    ("5 minutes", 5 * MIN),  # Spark's interval words
+    ("5 minute", 5 * MIN),
+    ("5 min", 5 * MIN),
+    ("5 mins", 5 * MIN),
+    ("5 Minutes", 5 * MIN),
+    ("interval 5 minutes", 5 * MIN),
+    ("1 hour 30 minutes", 90 * MIN),
+    ("10 seconds", 10 * NS_PER_S),
+    ("10 secs", 10 * NS_PER_S),
+    ("1.5 seconds", 1500 * NS_PER_MS),
+    ("250 milliseconds", 250 * NS_PER_MS),
+    ("10 microseconds", 10 * NS_PER_US),
+    ("7 nanoseconds", 7),
+    ("2 days", 2 * 86400 * NS_PER_S),
+    ("1 week", 7 * 86400 * NS_PER_S),
+    ("2w", 14 * 86400 * NS_PER_S),
+    ("5ms", 5 * NS_PER_MS),  # m is a minute and ms a millisecond, spelled out or not
+    ("5m", 5 * MIN),
+])
+def test_durations_in_words_and_integer_strings(value, ns):
+    assert to_duration_ns(value) == ns
+
+
+@pytest.mark.parametrize("text", ["5 months", "1 year", "2y", "3mo"])
+def test_durations_of_varying_length_are_refused_by_name(text):
+    assert "uses years or months, whose length varies" in _error(to_duration_ns, text)
 
 
 def test_empty_and_iso_errors_name_the_value():
