@@ -74,15 +74,18 @@ _dumps = orjson.dumps
 
 
 def read_records(paths: Iterable[str | os.PathLike], *, bad_records: str = "fail",
-                 quarantine: BinaryIO | None = None) -> Iterable[dict]:
+                 quarantine: BinaryIO | None = None,
+                 time_unit: str | None = None) -> Iterable[dict]:
     """Merged records as plain dicts (``source, kind, start, end, payload, file, line``).
 
     A convenience for tests and small tools: one dict per record, in replay order (TS §5.2);
-    memory is one chunk per file. Replay itself works on the columns.
+    memory is one chunk per file. Replay itself works on the columns. ``time_unit``: the
+    unit of integer times (``replay``'s).
     """
     table = SourceTable()
     bad = BadRecords(bad_records, quarantine)
-    for chunk in merge_columns([os.fspath(p) for p in paths], table=table, bad=bad):
+    for chunk in merge_columns([os.fspath(p) for p in paths], table=table, bad=bad,
+                               time_unit=time_unit):
         for k, s, st, en, he, pl, f, ln in zip(chunk.kind.tolist(), chunk.source.tolist(),
                                                chunk.start.tolist(), chunk.end.tolist(),
                                                chunk.has_end.tolist(), chunk.payload,

@@ -19,7 +19,7 @@ import io
 import os
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -27,7 +27,8 @@ import orjson
 
 from engine.errors import BadRecordError, InputError, TimeFormatError
 from engine.jsonl_scan import PAD, scan_block
-from engine.times import MAX_TIME, to_ns
+from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, format_rfc3339,
+                          looks_unscaled, to_ns)
 
 __all__ = [
     "KIND_NAMES",
@@ -36,6 +37,7 @@ __all__ = [
     "JOIN",
     "LEAVE",
     "BAD_RECORD_MODES",
+    "time_scale",
     "SourceTable",
     "Columns",
     "BadRecords",
@@ -190,16 +192,32 @@ class BadRecords:
                                           "error": str(err), "raw": text.rstrip("\r\n")}) + b"\n")
 
 
+def time_scale(time_unit: str | None) -> int | None:
+    """Nanoseconds per unit of a log's integer times: ``None`` (no unit given: nanoseconds,
+    refusing integers implausible as such, ``engine.times.looks_unscaled``) or a
+    ``TIME_UNITS`` name (``"s"``, ``"ms"``, ``"us"``, ``"ns"``: taken in that unit, unchecked)."""
+    if time_unit is None:
+        return None
+    try:
+        return TIME_UNITS[time_unit]
+    except (KeyError, TypeError):
+        raise InputError(f"time_unit={time_unit!r}; expected one of "
+                         f"{', '.join(TIME_UNITS)} or None") from None
+
+
 class _FileState:
-    """Per-file reading state: order-key mode, last key, record position."""
+    """Per-file reading state: order-key mode, last key, record position, and the unit of
+    integer times (``scale``: see ``time_scale``)."""
 
-    __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position")
+    __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position", "scale")
 
-    def __init__(self, path: str, index: int, table: SourceTable, bad: BadRecords) -> None:
+    def __init__(self, path: str, index: int, table: SourceTable, bad: BadRecords,
+                 scale: int | None = None) -> None:
         self.path = path
         self.index = index
         self.table = table
         self.bad = bad
+        self.scale = scale
         self.mode: str | None = None  # "arrival" | "seq" | "position"
         self.last_key = -(2**63)
         self.position = 0
@@ -210,7 +228,9 @@ class _FileState:
 
 # -- instants --------------------------------------------------------------------------
 
-_FRACTION_DIGITS = re.compile(r"\.(\d{7,9})(?=[Zz+-]|$)")
+#: more than six fractional digits: ``datetime`` would keep microseconds only, so ``to_ns``
+#: reads them (nanoseconds kept, digits past the ninth truncated: one rule for every reader)
+_FRACTION_DIGITS = re.compile(r"[.,]\d{7}")
 
 
 @lru_cache(maxsize=65_536)
@@ -230,13 +250,31 @@ def _iso_ns(text: str) -> int:
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
+class _Ns(int):
+    """An integer that is nanoseconds whatever the file's unit: a typed timestamp column's."""
+
+    __slots__ = ()
+
+
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+
+
 def _instant(value: Any, st: _FileState, line: int, name: str) -> int:
     if type(value) is int:
-        if -(2**63) <= value < 2**63:
-            return value
-        raise st.error(line, f"{value} is outside the int64 nanosecond range", name)
+        scale = st.scale
+        if scale is None:
+            unit = looks_unscaled(value)
+            if unit is not None:  # TS §5.4: never a silent instant in 1970
+                raise st.error(line, _unscaled_message(value, unit), name)
+            scale = 1
+        if -(2**63 // scale) <= value <= (2**63 - 1) // scale:
+            return value * scale
+        raise st.error(line, f"{value} {_UNIT_WORDS[_unit_of(scale)]} is outside the int64 "
+                       "nanosecond range (years 1677 to 2262)", name)
+    if type(value) is _Ns:
+        return int(value)
     if type(value) is str:
-        if _FRACTION_DIGITS.search(value):  # sub-microsecond digits: the exact converter
+        if _FRACTION_DIGITS.search(value):  # sub-microsecond digits: to_ns's rule (TS §1.4)
             try:
                 return to_ns(value, what="instant")
             except TimeFormatError as err:
@@ -247,6 +285,44 @@ def _instant(value: Any, st: _FileState, line: int, name: str) -> int:
             raise st.error(line, _time_message(value), name) from err
     raise st.error(line, f"{orjson.dumps(value).decode()} is a {_json_type(value)}; expected "
                    "int nanoseconds since the epoch or an ISO-8601 string with an offset", name)
+
+
+def _unit_of(scale: int) -> str:
+    return next(unit for unit, s in TIME_UNITS.items() if s == scale)
+
+
+def _unscaled_message(value: int, unit: str) -> str:
+    return (f"{value} looks like {_UNIT_WORDS[unit]} since the epoch "
+            f"({format_rfc3339(value * TIME_UNITS[unit])}), not nanoseconds "
+            f"({format_rfc3339(value)}); integer times are nanoseconds unless the unit is "
+            f"given: --time-unit {unit} (replay(..., time_unit={unit!r})), or --time-unit ns "
+            "if they really are nanoseconds")
+
+
+#: the span of the integers ``looks_unscaled`` refuses: one comparison finds whether a
+#: column holds any of them
+_UNSCALED_LO = UNSCALED_RANGES[0][1]
+_UNSCALED_SPAN = np.uint64(UNSCALED_RANGES[-1][2] - _UNSCALED_LO)
+
+
+def _scaled(scale: int | None, values: np.ndarray) -> np.ndarray:
+    """An int64 column of times in the file's unit as nanoseconds; ``_Slow`` if a value is
+    implausible as nanoseconds (no unit given) or does not fit in nanoseconds: the record
+    parser then names the record. Rows without a time hold 0, which passes both."""
+    if scale == 1 or not len(values):
+        return values
+    if scale is None:
+        near = (values - _UNSCALED_LO).view(np.uint64) < _UNSCALED_SPAN  # TS §5.4
+        if near.any():
+            v = values[near]
+            v = v[v % NS_PER_S != 0]  # whole seconds: a relative clock (looks_unscaled)
+            for _, lo, hi in UNSCALED_RANGES:
+                if ((v >= lo) & (v < hi)).any():
+                    raise _Slow
+        return values
+    if (values < -(2**63 // scale)).any() or (values > (2**63 - 1) // scale).any():
+        raise _Slow
+    return values * scale
 
 
 def _time_message(value: str) -> str:
@@ -399,7 +475,9 @@ def _fast(kind_l: list, src_l: list, start_l: list, end_l: list, payload_l: list
     start, missing = _ints(start_l, True)
     if missing is not None and (missing & timed).any():
         raise _Slow
+    start = _scaled(st.scale, start)
     end, no_end = _ints(end_l, True)
+    end = _scaled(st.scale, end)
     if no_end is None:
         has_end = np.ones(n, np.bool_)
     else:
@@ -426,6 +504,8 @@ def _fast(kind_l: list, src_l: list, start_l: list, end_l: list, payload_l: list
     else:
         assert key_l is not None
         key, _ = _ints(key_l, False)
+        if st.mode == "arrival":
+            key = _scaled(st.scale, key)
         if n and (key[0] < st.last_key or (key[1:] < key[:-1]).any()):
             raise _Slow
     if n:
@@ -457,10 +537,17 @@ def _jsonl_scanned(buf: bytearray, size: int, first_line: int, st: _FileState) -
     """The block ``buf[:size]`` of whole lines read by the vectorised scanner (in place:
     ``buf`` has ``PAD`` spare bytes after it), or ``None`` if it is not all in the flat shape
     (or its order keys go backwards): the record parsers then take it."""
-    found = scan_block(buf, st.mode, st.table, st.last_key, size)
+    scale = st.scale
+    converting = scale is not None and scale != 1
+    # converted arrival keys are compared with the previous one by _scan_times
+    last = -(2**63) if converting and st.mode == "arrival" else st.last_key
+    found = scan_block(buf, st.mode, st.table, last, size,
+                       times=None if scale == 1 else partial(_scan_times, scale, st.last_key))
     if found is None:
         return None
     mode, kind, source, start, end, has_end, key, payload, raw = found
+    if converting:
+        raw = None  # the times were converted: the input lines are not the output lines
     n = len(kind)
     if mode == "position":
         key = np.arange(st.position, st.position + n, dtype=np.int64)
@@ -470,6 +557,30 @@ def _jsonl_scanned(buf: bytearray, size: int, first_line: int, st: _FileState) -
     return Columns(kind, source, start, end, has_end, payload, key,
                    np.full(n, st.index, np.int32),
                    np.arange(first_line, first_line + n, dtype=np.int64), raw)
+
+
+def _scan_times(scale: int | None, last_key: int, mode: str, kind: np.ndarray,
+                start: np.ndarray, end: np.ndarray, has_end: np.ndarray,
+                key: np.ndarray | None) -> tuple | None:
+    """The scanner's times in the file's unit as nanoseconds (``_scaled``), or ``None``: the
+    record parsers must read the block."""
+    try:
+        start = _scaled(scale, start)
+        if key is not None and mode == "arrival":
+            key = _scaled(scale, key)
+            if key[0] < last_key:
+                return None  # TS §5.2: the record parsers name the line
+        if scale is not None and scale != 1:
+            end = np.where(has_end, _scaled(scale, np.where(has_end, end, 0)),
+                           np.where(kind == CTI, start, start + 1))
+            if ((kind == INSERT) & ~has_end & (start == MAX_TIME)).any():
+                return None  # a point's end would not fit
+            end[kind > CTI] = 0
+        else:
+            _scaled(scale, np.where(has_end, end, 0))
+    except _Slow:
+        return None
+    return start, end, key
 
 
 def _jsonl_chunk(lines: list[bytes], first_line: int, st: _FileState, last: bool) -> Columns:
@@ -693,12 +804,19 @@ def _parquet_columns(batch: Any, st: _FileState, lines: np.ndarray) -> Columns:
     except UnicodeDecodeError:
         raise _Slow from None
 
-    start, missing = _arrow_ints(column("start"), pa, "start")
+    def times(name: str) -> tuple[np.ndarray, np.ndarray | None]:
+        col = column(name)
+        values, missing = _arrow_ints(col, pa, name)
+        if pa.types.is_timestamp(col.type):
+            return values, missing  # typed: nanoseconds whatever the unit of integers
+        return _scaled(st.scale, values), missing
+
+    start, missing = times("start")
     if missing is not None and (missing & timed).any():
         raise _Slow
     end_col = column("end")
     if end_col is not None:
-        end, no_end = _arrow_ints(end_col, pa, "end")
+        end, no_end = times("end")
         has_end = np.ones(n, np.bool_) if no_end is None else ~no_end
     else:
         end, has_end = np.zeros(n, np.int64), np.zeros(n, np.bool_)
@@ -741,7 +859,8 @@ def _parquet_columns(batch: Any, st: _FileState, lines: np.ndarray) -> Columns:
         key_col = column(st.mode)
         if key_col is None:
             raise _Slow
-        key, missing = _arrow_ints(key_col, pa, st.mode)
+        key, missing = times(st.mode) if st.mode == "arrival" else _arrow_ints(key_col, pa,
+                                                                               st.mode)
         if missing is not None or key[0] < st.last_key or (key[1:] < key[:-1]).any():
             raise _Slow
 
@@ -802,6 +921,9 @@ def _read_parquet(st: _FileState, on_bytes: Callable[[int], None] | None) -> Ite
             col = batch.column(name)
             if pa.types.is_timestamp(col.type):
                 col = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+                if st.scale != 1:  # nanoseconds, not subject to the unit of integer times
+                    cols[name] = [None if v is None else _Ns(v) for v in col.to_pylist()]
+                    continue
             cols[name] = col.to_pylist()
         lines = np.arange(row + 1, row + n + 1, dtype=np.int64)
         none = [None] * n
@@ -868,9 +990,12 @@ class _FileReader:
 
 def read_columns(path: str, *, index: int = 0, table: SourceTable | None = None,
                  bad: BadRecords | None = None,
-                 on_bytes: Callable[[int], None] | None = None) -> Iterator[Columns]:
-    """Stream one log file as ``Columns`` chunks in file order (memory: one chunk)."""
-    state = _FileState(os.fspath(path), index, table or SourceTable(), bad or BadRecords())
+                 on_bytes: Callable[[int], None] | None = None,
+                 time_unit: str | None = None) -> Iterator[Columns]:
+    """Stream one log file as ``Columns`` chunks in file order (memory: one chunk).
+    ``time_unit``: the unit of integer times (``time_scale``)."""
+    state = _FileState(os.fspath(path), index, table or SourceTable(), bad or BadRecords(),
+                       time_scale(time_unit))
     if not os.path.exists(state.path):
         raise InputError(f"{state.path}: no such file")
     return _READERS[log_format(state.path)](state, on_bytes)
@@ -878,7 +1003,7 @@ def read_columns(path: str, *, index: int = 0, table: SourceTable | None = None,
 
 def merge_columns(paths: Sequence[str], *, table: SourceTable, bad: BadRecords,
                   on_bytes: Callable[[int], None] | None = None,
-                  modes: list | None = None) -> Iterator[Columns]:
+                  modes: list | None = None, time_unit: str | None = None) -> Iterator[Columns]:
     """Merge files by ``(order key, file index, line)`` (TS §5.2), streaming, in chunks.
 
     A row is released once no unread row of another file can sort before it: every file's
@@ -886,10 +1011,13 @@ def merge_columns(paths: Sequence[str], *, table: SourceTable, bad: BadRecords,
     unfinished files are final. Memory: one chunk per file plus runs of equal keys.
     ``modes`` (if given) is filled with each file's reading state; ``.mode`` is its order key
     (``"arrival"``, ``"seq"``, ``"position"``, or ``None`` until its first record).
+    ``time_unit``: the unit of the logs' integer times (``time_scale``; ``None``:
+    nanoseconds, implausible values refused).
     """
+    scale = time_scale(time_unit)
     readers = []
     for i, p in enumerate(paths):
-        state = _FileState(os.fspath(p), i, table, bad)
+        state = _FileState(os.fspath(p), i, table, bad, scale)
         if not os.path.exists(state.path):
             raise InputError(f"{state.path}: no such file")
         readers.append(_FileReader(state, _READERS[log_format(state.path)](state, on_bytes)))

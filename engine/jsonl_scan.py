@@ -500,7 +500,7 @@ def _payloads(a: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
 
 
 def scan_block(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
-               size: int | None = None) -> tuple | None:
+               size: int | None = None, times: Any = None) -> tuple | None:
     """Scan a block of whole lines. ``None``: not all flat.
 
     The block is ``raw`` (ending with a newline), or with ``size`` the first ``size`` bytes of
@@ -511,16 +511,18 @@ def scan_block(raw: bytes | bytearray, mode: str | None, table: Any, last_key: i
     ``(mode, kind, source, start, end, has_end, key, payload, raw_lines)`` with the columns of
     ``engine.eventlog_read.Columns`` (``key``: the order key values, ``None`` for position;
     ``payload``: ``Payloads``); source names are added to ``table`` only when the whole
-    block is flat.
+    block is flat. ``times``, if given, is called as ``times(mode, kind, start, end, has_end,
+    key)`` before anything is added or changed, and returns the ``(start, end, key)`` to use
+    (a log's unit converted, implausible values checked) or ``None``: not flat.
     """
     try:
-        return _scan(raw, mode, table, last_key, size)
+        return _scan(raw, mode, table, last_key, size, times)
     except _NotFlat:
         return None
 
 
 def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
-          size: int | None) -> tuple:
+          size: int | None, times: Any = None) -> tuple:
     if size is None:
         size = len(raw)
         if not size or raw[-1] != 0x0A or b"\\" in raw:  # an escape: the exact parsers decide
@@ -641,6 +643,11 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
     payload = _payloads(a, n, rows, p0, p1)
     if not timed.all():
         end[~timed] = 0
+    if times is not None:
+        converted = times(mode, kind, start, end, has_end, key)
+        if converted is None:
+            raise _NotFlat
+        start, end, key = converted
 
     source = _names(raw, head, s0, s1, table, n, has_source)
     data = a[:size]
