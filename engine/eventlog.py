@@ -41,7 +41,7 @@ from engine.eventlog_read import (
     read_columns,
 )
 from engine.subscription import refuse_subscription
-from engine.times import to_ns
+from engine.times import format_rfc3339, to_ns
 
 __all__ = [
     # reading
@@ -65,6 +65,11 @@ __all__ = [
     "late_line",
     "encode_event",
     "encode_late",
+    "TIME_FORMATS",
+    "iso_time",
+    "insert_line_iso",
+    "cti_line_iso",
+    "late_line_iso",
     "EventLogWriter",
     "write_log",
     "RollingFileSink",
@@ -134,6 +139,41 @@ def late_line(line: bytes, cti: int, action: str, adjusted_start: int | None) ->
         line[:-2], cti, action.encode(), adjusted_start)
 
 
+# -- the same lines with RFC 3339 times (``time_format="iso"``) --------------------------
+
+#: the time formats of written logs: integer nanoseconds (canonical) or RFC 3339 UTC text
+TIME_FORMATS = ("ns", "iso")
+
+
+def iso_time(t: int) -> bytes:
+    """``t`` as a JSON string of RFC 3339 UTC (``engine.times.format_rfc3339``: a fraction
+    only as needed, in groups of three digits)."""
+    return b'"%b"' % format_rfc3339(t).encode()
+
+
+def insert_line_iso(prefix: bytes, start: int, end: int | None, payload: Any) -> bytes:
+    """``insert_line`` with RFC 3339 times (``iso_time``)."""
+    line = b"%b%b" % (prefix, iso_time(start))
+    if end is not None:
+        line += b',"end":%b' % iso_time(end)
+    if payload is not None:
+        line += b',"payload":%b' % _dumps(payload)
+    return line + b"}\n"
+
+
+def cti_line_iso(t: int) -> bytes:
+    """``cti_line`` with an RFC 3339 time."""
+    return b'{"kind":"cti","start":%b}\n' % iso_time(t)
+
+
+def late_line_iso(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
+    """``late_line`` with RFC 3339 times, from the late event's ``insert_line_iso``."""
+    if adjusted_start is None:
+        return b'%b,"cti":%b,"action":"%b"}\n' % (line[:-2], iso_time(cti), action.encode())
+    return b'%b,"cti":%b,"action":"%b","adjusted_start":%b}\n' % (
+        line[:-2], iso_time(cti), action.encode(), iso_time(adjusted_start))
+
+
 def encode_event(event: Event) -> bytes:
     """One canonical line for an event; a CTI keeps its source if it has one."""
     if event.kind == _CTI_KIND:
@@ -144,12 +184,16 @@ def encode_event(event: Event) -> bytes:
     return insert_line(insert_prefix(event.source), event.start, end, event.payload)
 
 
-def encode_late(record: LateRecord) -> bytes:
-    """One late-file line for a ``LateRecord`` (an insert line plus cti, action, adjusted_start)."""
+def encode_late(record: LateRecord, time_format: str = "ns") -> bytes:
+    """One late-file line for a ``LateRecord`` (an insert line plus cti, action,
+    adjusted_start); ``time_format="iso"``: with RFC 3339 times."""
     ev = record.event
     end = ev.end if ev.kind == INTERVAL else None
-    line = insert_line(insert_prefix(record.input), ev.start, end, ev.payload)
     adjusted = record.adjusted.start if record.adjusted is not None else None
+    if time_format == "iso":
+        line = insert_line_iso(insert_prefix(record.input), ev.start, end, ev.payload)
+        return late_line_iso(line, record.cti, record.action, adjusted)
+    line = insert_line(insert_prefix(record.input), ev.start, end, ev.payload)
     return late_line(line, record.cti, record.action, adjusted)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.jsonl_scan import RawLines, gather
 
-__all__ = ["decimals", "late_text", "insert_lines", "DIGITS"]
+__all__ = ["decimals", "iso_times", "late_text", "insert_lines", "DIGITS"]
 
 _U = np.uint64
 _ASCII0 = _U(0x3030303030303030)
@@ -54,16 +54,25 @@ def _decimal_slice(values: np.ndarray, words: np.ndarray, digits: np.ndarray,
     words[:, 2] = _eight_ascii(rest - mid * _U(10**8))
 
 
+def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The first value of each run of equal ``values`` (the CTI in force repeats from row
+    to row) and the index that spreads per-run results back over the rows (``None``: every
+    value is its own run)."""
+    n = len(values)
+    if not n:
+        return values, None
+    first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    if len(first) == n:
+        return values, None
+    return values[first], np.repeat(np.arange(len(first)), np.diff(np.append(first, n)))
+
+
 def decimals(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
     """int64 ``values`` as pieces for ``_row_texts`` — the sign if any is negative, then the
     zero-padded digits of which each number uses the last ones — and each one's length.
-    Runs of equal values (the CTI in force repeats from row to row) are converted once."""
+    Runs of equal values are converted once."""
     n = len(values)
-    if n:
-        first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    else:
-        first = np.zeros(0, np.intp)
-    distinct = values[first] if len(first) < n else values
+    distinct, run = _runs(values)
     m = len(distinct)
     words = np.empty((m, DIGITS // 8), np.uint64)
     digits = np.empty(m, np.int64)
@@ -71,8 +80,7 @@ def decimals(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], n
     for lo in range(0, m, _SLICE):
         hi = min(m, lo + _SLICE)
         _decimal_slice(distinct[lo:hi], words[lo:hi], digits[lo:hi], neg[lo:hi])
-    if m < n:
-        run = np.repeat(np.arange(m), np.diff(np.append(first, n)))
+    if run is not None:
         words, digits, neg = words[run], digits[run], neg[run]
     width = int(digits.max()) if n else 1
     text = words.view(np.uint8)[:, DIGITS - width:]
@@ -80,6 +88,89 @@ def decimals(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], n
     if neg.any():
         parts.insert(0, _constant(b"-", neg))
     return parts, digits + neg
+
+
+_NS_PER_DAY = 86400 * 10**9
+#: an RFC 3339 time in quotes, ``"YYYY-MM-DDTHH:MM:SS.fffffffffZ"``: 32 bytes, 4 words
+_ISO_WIDTH = 32
+#: fraction digits (groups of three) -> bytes of the fraction used ('.' and the digits)
+_ISO_FRACTION = np.arange(10)
+
+
+def _lit(c: str, at: int) -> np.uint64:
+    return _U(ord(c) << 8 * at)
+
+
+def _civil_ascii(days: np.ndarray) -> np.ndarray:
+    """Day numbers since the epoch as the eight ASCII digits ``YYYYMMDD`` of their civil date
+    (H. Hinnant's algorithm, proleptic Gregorian; years 1677 to 2262 have four digits)."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = np.where(mp < 10, mp + 3, mp - 9)
+    year = yoe + era * 400 + (month <= 2)
+    return _eight_ascii((year * 10000 + month * 100 + day).astype(np.uint64))
+
+
+def _bytes_of(word: np.ndarray, first: int, count: int, at: int) -> np.ndarray:
+    """Bytes ``first .. first + count`` of each word, moved to byte ``at``."""
+    return ((word >> _U(8 * first)) & _U((1 << 8 * count) - 1)) << _U(8 * at)
+
+
+def _iso_slice(values: np.ndarray, text: np.ndarray, digits: np.ndarray) -> None:
+    """``values`` (int64 ns) as RFC 3339 in ``text`` (n x 32 bytes, nine fraction digits)
+    and each one's fraction digits (0, 3, 6 or 9) in ``digits``. The text is put together
+    as four little-endian words per row from the ASCII digit words of the date (once per
+    run of equal days: a log's times mostly share their day), the time of day and the
+    fraction."""
+    days = values // _NS_PER_DAY  # floor: a time before the epoch is in the day before
+    in_day = values - days * _NS_PER_DAY  # int64 wrap-around cancels at MIN_TIME
+    second = in_day // 10**9
+    frac = (in_day - second * 10**9).astype(np.uint64)
+    second = second.astype(np.uint64)
+    clock = _eight_ascii(second // _U(3600) * _U(10000) + second // _U(60) % _U(60) * _U(100)
+                         + second % _U(60))  # 00HHMMSS
+    fraction = _eight_ascii(frac // _U(10))  # the first eight of nine digits
+    runs, spread = _runs(days)
+    date = _civil_ascii(runs)  # YYYYMMDD
+    #  '"YYYY-MM'  '-DDThh:m'  'm:ss.fff'  'ffffffZ"'
+    head = (_lit('"', 0) | _bytes_of(date, 0, 4, 1) | _lit("-", 5) | _bytes_of(date, 4, 2, 6))
+    day = _lit("-", 0) | _bytes_of(date, 6, 2, 1) | _lit("T", 3) | _lit(":", 6)
+    if spread is not None:
+        head, day = head[spread], day[spread]
+    out = text.view(np.uint64)  # (n, 4)
+    out[:, 0] = head
+    out[:, 1] = day | _bytes_of(clock, 2, 2, 4) | _bytes_of(clock, 4, 1, 7)
+    out[:, 2] = (_bytes_of(clock, 5, 1, 0) | _lit(":", 1) | _bytes_of(clock, 6, 2, 2)
+                 | _lit(".", 4) | _bytes_of(fraction, 0, 3, 5))
+    out[:, 3] = (_bytes_of(fraction, 3, 5, 0) | ((frac % _U(10) + _U(ord("0"))) << _U(40))
+                 | _lit("Z", 6) | _lit('"', 7))
+    digits[:] = np.where(frac == 0, 0, np.where(frac % _U(10**6) == 0, 3,
+                                                 np.where(frac % _U(10**3) == 0, 6, 9)))
+
+
+def iso_times(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """int64 ``values`` as pieces for ``_row_texts`` in the form of ``decimals``: each as a
+    JSON string of RFC 3339 UTC with a fraction only as needed, in groups of three digits —
+    the bytes of ``engine.eventlog.iso_time`` — and each one's length. Every int64 renders
+    (years 1677 to 2262); runs of equal values are converted once."""
+    n = len(values)
+    distinct, run = _runs(values)
+    m = len(distinct)
+    text = np.empty((m, _ISO_WIDTH), np.uint8)
+    digits = np.empty(m, np.int64)
+    for lo in range(0, m, _SLICE):
+        hi = min(m, lo + _SLICE)
+        _iso_slice(distinct[lo:hi], text[lo:hi], digits[lo:hi])
+    if run is not None:
+        text, digits = text[run], digits[run]
+    used = np.ones((n, _ISO_WIDTH), np.bool_)
+    used[:, 20:30] = _ISO_FRACTION < (digits + (digits > 0))[:, None]
+    return [(text, used)], 22 + digits + (digits > 0)
 
 
 def _row_texts(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -112,16 +203,17 @@ def _interleave(pieces: Sequence[np.ndarray], lens: Sequence[np.ndarray]) -> np.
 
 
 def late_text(raw: RawLines, rows: np.ndarray, cti: np.ndarray,
-              adjusted: np.ndarray) -> np.ndarray:
+              adjusted: np.ndarray, times=decimals) -> np.ndarray:
     """The late-file lines of ``rows`` (``late_line`` of their canonical lines): each input
     line without its closing ``}\\n``, then ``,"cti":C,"action":"dropped"}\\n`` or
-    ``,"cti":C,"action":"adjusted","adjusted_start":C}\\n`` (``adjusted`` rows)."""
+    ``,"cti":C,"action":"adjusted","adjusted_start":C}\\n`` (``adjusted`` rows). ``times``:
+    how the times are written (``decimals``, or ``iso_times`` for ``late_line_iso``)."""
     n = len(rows)
     body = raw.body[rows]
     head = raw.stop[rows] - 2 - body
     width = int(head.max())
     lines = (raw.window(body, width), np.arange(width) < head[:, None])
-    number, _ = decimals(cti)
+    number, _ = times(cti)
     parts = [lines, _constant(b',"cti":', np.ones(n, np.bool_)), *number,
              _constant(b',"action":"dropped"}\n', ~adjusted)]
     if adjusted.any():
@@ -137,25 +229,27 @@ _PAYLOAD_PIECE = 64
 
 def insert_lines(prefixes: np.ndarray, prefix_lens: np.ndarray, source: np.ndarray,
                  start: np.ndarray, end: np.ndarray, has_end: np.ndarray, buffer: np.ndarray,
-                 p0: np.ndarray, p1: np.ndarray, rows: np.ndarray, n: int) -> RawLines:
+                 p0: np.ndarray, p1: np.ndarray, rows: np.ndarray, n: int,
+                 times=decimals) -> RawLines:
     """Canonical insert lines (``insert_line``'s bytes) for ``rows`` of a chunk of ``n``.
 
     ``prefixes[c, :prefix_lens[c]]`` is ``insert_prefix`` of source code ``c``; ``start``,
     ``end``, ``has_end``, ``source`` are the chunk's columns; row ``rows[j]``'s payload is the
     canonical JSON text ``buffer[p0[j]:p1[j]]`` (empty: none). The other rows of the chunk
-    get empty lines (the columnar writer builds CTI lines from the decisions).
+    get empty lines (the columnar writer builds CTI lines from the decisions). ``times``:
+    ``decimals``, or ``iso_times`` for ``insert_line_iso``'s bytes.
     """
     m = len(rows)
     src = source[rows]
     plen = prefix_lens[src]
     width = int(plen.max()) if m else 0
     parts = [(prefixes[src][:, :width], np.arange(width) < plen[:, None])]
-    number, lens = decimals(start[rows])
+    number, lens = times(start[rows])
     parts += number
     lens = lens + plen
     interval = has_end[rows]
     if interval.any():
-        number, end_lens = decimals(end[rows])
+        number, end_lens = times(end[rows])
         parts += [_constant(b',"end":', interval),
                   *[(text, used & interval[:, None]) for text, used in number]]
         lens += np.where(interval, 7 + end_lens, 0)
