@@ -1,4 +1,5 @@
-"""The ``goldilocks`` command line: ``goldilocks replay LOG... [options]``, ``goldilocks --help``.
+"""The ``goldilocks`` command line: ``goldilocks replay LOG... [options]``, ``goldilocks --help``,
+``goldilocks --version``.
 
 Subcommands are registered, not hard-wired: a module defines a ``Command`` (name, help, a
 function that adds its arguments, a function that runs it and returns the exit status) and
@@ -7,7 +8,11 @@ entry-point group (``demo = "examples.demo:COMMAND"``), which ``build_parser`` l
 ``demo`` and ``serve`` live in their own modules and ``engine`` imports none of them.
 
 Exit status: 0 on success, 1 on an input error (a bad record, a missing file; one line on
-stderr naming the file and line), 2 on a usage error (argparse).
+stderr naming the file and line), 2 on a usage error: argparse's own (usage and one line
+``goldilocks replay: error: argument --delay: …``), or an argument that cannot be used as
+given, found before any work starts (an ``engine.errors.UsageError``: one line naming the
+argument and the path, e.g. an ``--out`` that is an input log). ``main`` returns the status
+in every case (``--help`` and ``--version`` too) rather than raising ``SystemExit``.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
+from pathlib import Path
 from typing import Callable, Sequence
 
-from engine.errors import GoldilocksError
+from engine.errors import GoldilocksError, InputError, UsageError
 
 __all__ = ["Command", "register_command", "commands", "build_parser", "main"]
 
@@ -34,6 +40,9 @@ class Command:
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str | None = None
+    #: rewrites the command's own arguments before parsing (a spelling kept for
+    #: compatibility that argparse cannot express); ``None``: as given
+    rewrite: Callable[[list[str]], list[str]] | None = None
 
 
 _COMMANDS: dict[str, Command] = {}
@@ -58,11 +67,40 @@ def commands() -> dict[str, Command]:
     return found
 
 
+def distribution_version(name: str = "goldilocks") -> str:
+    """The installed distribution's version; in a checkout that is not installed, the version
+    in its ``pyproject.toml`` marked as such; ``"unknown"`` if neither is found."""
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        try:
+            found = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+        except (OSError, KeyError, TypeError, ValueError):
+            return "unknown"
+        return f"{found} (not installed: {pyproject.parent})"
+
+
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"{parser.prog} {distribution_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="goldilocks",
         description="Merge event streams whose clocks disagree onto one monotone clock (CTIs), "
                     "and say which events were late.")
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, cmd in sorted(commands().items()):
         p = sub.add_parser(name, help=cmd.help, description=cmd.description or cmd.help,
@@ -72,18 +110,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _rewrite(argv: list[str], found: dict[str, Command]) -> list[str]:
+    """Apply the command's ``rewrite`` to the arguments after its name (the first argument
+    that is not an option)."""
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-"):
+            cmd = found.get(arg)
+            if cmd is not None and cmd.rewrite is not None:
+                return argv[:i + 1] + cmd.rewrite(argv[i + 1:])
+            break
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``goldilocks`` script; returns the exit status."""
+    """Entry point of the ``goldilocks`` script; returns the exit status (0 ok, 1 input
+    error, 2 usage error)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(_rewrite(args_list, commands()))
+    except SystemExit as done:  # argparse: --help, --version, or its usage error (2)
+        return done.code if isinstance(done.code, int) else 2
     try:
         return int(args._run(args) or 0)
+    except UsageError as err:  # found before any work started
+        flag = err.option if err.option.startswith("-") else "--" + err.option.replace("_", "-")
+        print(f"goldilocks {args.command}: error: argument {flag}: {_one_line(err.reason)}",
+              file=sys.stderr)
+        return 2
     except GoldilocksError as err:
-        message = " ".join(str(err).split())  # one line
-        print(f"goldilocks {args.command}: error: {message}", file=sys.stderr)
+        print(f"goldilocks {args.command}: error: {_one_line(str(err))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `goldilocks replay … | head`
         return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 # -- replay ----------------------------------------------------------------------------
@@ -93,85 +156,188 @@ Replay recorded event logs (JSON Lines, CSV, Parquet; see docs/event-log.md) thr
 policy, in recorded arrival order. Output events and CTIs go to --out (stdout by default) as a
 canonical event log; a per-input summary goes to stderr.
 
+Outputs are safe: an --out, --late, --quarantine or --plot that is one of the input logs (by
+name, link or inode), or two outputs naming one file, are refused before anything is opened;
+each file is written under a temporary name beside it and renamed into place only when the
+replay succeeds. Exit status: 0 ok, 1 input error (a bad record: FILE:LINE), 2 usage error.
+
 example:
   goldilocks replay examples/data/fleet.jsonl
   goldilocks replay examples/data/devices/*.jsonl --delay 2m --late late.jsonl --plot fleet.png
+  goldilocks replay epoch-seconds.csv --time-unit s --time-format iso --out merged.jsonl
 """
 
 
+def _duration(text: str) -> str:
+    """A duration as the user wrote it (so that messages quote it), once it parses."""
+    from engine.times import to_duration_ns
+
+    try:
+        to_duration_ns(text, what="duration")
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("duration: ")) from None
+    return text.strip()
+
+
+def _speed(text: str) -> str | float:
+    if text == "max":
+        return text
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = float("nan")
+    if not 0 < factor < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}; expected 'max' or a positive factor such "
+                                         "as 1 (as recorded) or 10 (ten times faster)")
+    return factor
+
+
 def _configure_replay(p: argparse.ArgumentParser) -> None:
+    from engine.eventlog import BAD_RECORD_MODES, TIME_FORMATS
+    from engine.policy import policy_names
+    from engine.times import TIME_UNITS
+
     p.add_argument("logs", nargs="+", metavar="LOG", help="event-log files, merged by arrival")
-    p.add_argument("--delay", default=None,
-                   help="CTI delay, e.g. 5m, 90s, PT5M (default: 5m for goldilocks, 0 otherwise)")
-    p.add_argument("--policy", default="goldilocks",
-                   help="goldilocks | min | max (any installed policy; default goldilocks)")
+    p.add_argument("--delay", default=None, type=_duration, metavar="D",
+                   help="CTI delay: 5m, 90s, PT5M, '5 minutes', or integer nanoseconds "
+                        "(default: 5m for goldilocks, 0 otherwise)")
+    p.add_argument("--policy", default="goldilocks", choices=policy_names(), metavar="P",
+                   help=f"{' | '.join(policy_names())} (any installed policy; default "
+                        "goldilocks)")
     p.add_argument("--on-late", choices=("drop", "adjust"), default="drop",
                    help="what happens to late inserts (default drop)")
     p.add_argument("--out", default=None, metavar="FILE",
                    help="output event log (default: stdout; '-' is stdout too)")
     p.add_argument("--late", default=None, metavar="FILE", help="late records (JSON Lines)")
-    p.add_argument("--speed", default="max", metavar="max|FACTOR",
+    p.add_argument("--speed", default="max", type=_speed, metavar="max|FACTOR",
                    help="max (default) or a factor pacing by recorded arrival times (1 = real time)")
-    p.add_argument("--bad-records", nargs="+", default=["fail"], metavar="MODE",
-                   help="fail (default) | skip | quarantine FILE")
+    p.add_argument("--bad-records", choices=BAD_RECORD_MODES, default=None,
+                   help="fail (default): stop at the first bad record; skip: count it and go "
+                        "on; quarantine: count it and write it to --quarantine FILE")
+    p.add_argument("--quarantine", default=None, metavar="FILE",
+                   help="where bad records go (implies --bad-records quarantine)")
+    p.add_argument("--time-unit", choices=tuple(TIME_UNITS), default=None,
+                   help="unit of the logs' integer times (default: nanoseconds, refusing "
+                        "integers that look like epoch s, ms or us)")
+    p.add_argument("--time-format", choices=TIME_FORMATS, default="ns",
+                   help="times in --out and --late: ns (default, integer nanoseconds) or iso "
+                        "(RFC 3339 UTC)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="draw event time against arrival, the CTI and late events")
+                   help="draw event time against arrival, the CTI and late events "
+                        "(.png, .svg, .pdf, …; needs the plot extra)")
     p.add_argument("--no-summary", action="store_true", help="do not print the summary table")
 
 
+def _rewrite_replay(argv: list[str]) -> list[str]:
+    """``--bad-records quarantine FILE``, the spelling from before ``--quarantine``, means
+    ``--bad-records quarantine --quarantine FILE`` when no ``--quarantine`` is given: the only
+    reading that is valid, as ``quarantine`` without a file is refused."""
+    if any(a == "--quarantine" or a.startswith("--quarantine=") for a in argv):
+        return argv
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == "--bad-records=quarantine":
+            at = i + 1
+        elif arg == "--bad-records" and i + 1 < len(out) and out[i + 1] == "quarantine":
+            at = i + 2
+        else:
+            continue
+        if at < len(out) and not out[at].startswith("-"):
+            out.insert(at, "--quarantine")
+        break
+    return out
+
+
 def _run_replay(args: argparse.Namespace) -> int:
-    from engine.errors import InputError
-    from engine.replay import replay
+    from engine.outputs import AtomicOutput, check_outputs
+    from engine.replay import replay, resolve
 
-    mode, *rest = args.bad_records
-    quarantine = None
-    if mode == "quarantine":
-        if len(rest) != 1:
-            raise InputError("--bad-records quarantine needs exactly one FILE")
-        quarantine = rest[0]
-    elif mode in ("fail", "skip"):
-        if rest:
-            raise InputError(f"--bad-records {mode} takes no file (got {' '.join(rest)})")
-    else:
-        raise InputError(f"--bad-records {mode!r}; expected fail, skip or quarantine FILE")
+    mode = args.bad_records or ("quarantine" if args.quarantine is not None else "fail")
+    if mode == "quarantine" and args.quarantine is None:
+        raise UsageError("bad_records", "quarantine needs a file: --quarantine FILE")
+    if mode != "quarantine" and args.quarantine is not None:
+        raise UsageError("quarantine", f"{args.quarantine} is for --bad-records quarantine, "
+                         f"but --bad-records is {mode}")
+    try:
+        policy = resolve(args.policy, args.delay, args.on_late)
+    except InputError as err:
+        raise UsageError("delay" if args.delay is not None else "policy", str(err)) from None
     out = sys.stdout.buffer if args.out in (None, "-") else args.out
-    stats = replay(args.logs, delay=args.delay, policy=args.policy, on_late=args.on_late,
-                   out=out, late=args.late, speed=args.speed, bad_records=mode,
-                   quarantine=quarantine, progress=True, plot=args.plot is not None)
+    check_outputs(args.logs, {"--out": out, "--late": args.late,
+                              "--quarantine": args.quarantine, "--plot": args.plot})
+    plot_out = plot_format = None
     if args.plot:
-        from engine.plot import plot_replay
+        from engine.plot import plot_format as _format
 
-        plot_replay(stats, args.plot)
+        plot_format = _format(args.plot)  # matplotlib there, and a suffix it writes
+        plot_out = AtomicOutput(args.plot, "plot")  # writable: checked before the replay
+    ok = False
+    try:
+        stats = replay(args.logs, policy=policy, out=out, late=args.late, speed=args.speed,
+                       bad_records=mode, quarantine=args.quarantine, progress=True,
+                       plot=plot_out is not None, time_unit=args.time_unit,
+                       time_format=args.time_format)
+        if plot_out is not None:
+            from engine.plot import plot_replay
+
+            plot_replay(stats, plot_out.file, format=plot_format)
+            plot_out.commit()
+        ok = True
+    finally:
+        if plot_out is not None and not ok:
+            plot_out.discard()
     if not args.no_summary:
         print_summary(stats)
     return 0
 
 
 def print_summary(stats, file=None) -> None:
-    """The per-input summary table (rich) on stderr."""
+    """The per-input summary table (rich) on stderr.
+
+    One row per input and a total row that is the sum of the rows: ``records`` counts every
+    record of the input (inserts, CTIs, its join and leave records), so the rows add up to
+    the records read. ``CTIs`` are the CTIs it sent, ``CTIs out`` the output CTIs its records
+    caused (the policy advanced time on them); ``last CTI in`` is the last CTI it sent,
+    ``last CTI out`` the last output CTI it caused — in the total row, the output's final
+    CTI. Times are RFC 3339 UTC, all with the same number of fraction digits: the fewest
+    (0, 3, 6 or 9) that show every time of the table exactly.
+    """
     from rich.console import Console
     from rich.table import Table
 
-    from engine.times import format_duration_ns, format_ns
+    from engine.times import MAX_TIME, MIN_TIME, format_duration_ns, format_rfc3339, \
+        fraction_digits
+
+    times = [t for s in stats.inputs for t in (s.final_cti, s.last_cti_out) if t is not None]
+    digits = fraction_digits(t for t in times if MIN_TIME < t < MAX_TIME)
 
     def when(t: int | None) -> str:
         if t is None:
             return "—"
-        text = format_ns(t)
-        return text[:-1].rstrip("0").rstrip(".") + "Z" if "." in text else text
+        if t >= MAX_TIME or t <= MIN_TIME:
+            return "+inf" if t > 0 else "-inf"
+        return format_rfc3339(t, digits)
 
     table = Table(title=f"replay: {stats.policy}, delay {format_duration_ns(stats.delay)}, "
                         f"on late {stats.on_late} ({stats.path} path)",
                   title_justify="left")
-    for col in ("input", "received", "CTIs", "emitted", "late", "adjusted", "final CTI"):
-        table.add_column(col, justify="left" if col in ("input", "final CTI") else "right")
+    columns = ("input", "records", "CTIs", "late", "adjusted", "emitted", "CTIs out",
+               "last CTI in", "last CTI out")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("input", "last CTI in", "last CTI out")
+                         else "right")
     for s in stats.inputs:
-        table.add_row("(merged)" if s.name is None else s.name, str(s.received), str(s.ctis), str(s.emitted),
-                      str(s.late), str(s.adjusted), when(s.final_cti))
+        table.add_row("(merged)" if s.name is None else s.name, str(s.records), str(s.ctis),
+                      str(s.late), str(s.adjusted), str(s.emitted), str(s.ctis_out),
+                      when(s.final_cti), when(s.last_cti_out))
     table.add_section()
-    table.add_row("total", str(stats.records), str(stats.ctis_emitted), str(stats.emitted), str(stats.late),
-                  str(stats.adjusted), when(stats.final_cti), style="bold")
-    console = Console(file=file or sys.stderr, width=100)
+    table.add_row("total", str(stats.records), str(sum(s.ctis for s in stats.inputs)),
+                  str(stats.late), str(stats.adjusted), str(stats.emitted),
+                  str(stats.ctis_emitted), "", when(stats.final_cti), style="bold")
+    out = file or sys.stderr
+    console = Console(file=out, width=None if out.isatty() else 160)
     console.print(table)
     extra = []
     if stats.skipped:
@@ -181,10 +347,10 @@ def print_summary(stats, file=None) -> None:
     per_file = [f"{f.path}: {f.skipped}" for f in stats.files if f.skipped]
     if per_file:
         extra.append("by file: " + ", ".join(per_file))
-    extra.append(f"{stats.ctis_emitted} CTIs emitted; {stats.records} records in "
-                 f"{stats.seconds:.2f}s")
+    extra.append(f"{stats.records} records in {stats.seconds:.2f}s")
     console.print("; ".join(extra), highlight=False)
 
 
 register_command(Command("replay", "replay recorded event logs through a CTI policy",
-                         _configure_replay, _run_replay, description=_REPLAY_HELP))
+                         _configure_replay, _run_replay, description=_REPLAY_HELP,
+                         rewrite=_rewrite_replay))

@@ -4,6 +4,9 @@
 - ``SpecViolation``: another party broke a Reactive Streams rule (``rule`` holds ``"RS §x.y"``).
 - ``InputError``: bad input from a user or a file; ``TimeFormatError`` and ``BadRecordError``
   are its kinds. A ``BadRecordError`` carries ``path``, ``line`` and ``field``.
+- ``UsageError``: an argument that cannot be used as given (an output that is an input, a
+  path that cannot be written, a missing optional extra); ``option`` names the argument. The
+  command line reports it as a usage error (exit status 2), before any work starts.
 - ``ClosedError``: an operation on something that was closed on purpose (as opposed to broken).
 - ``RejectedError``: an executor refused work (shut down).
 """
@@ -16,6 +19,7 @@ __all__ = [
     "InputError",
     "TimeFormatError",
     "BadRecordError",
+    "UsageError",
     "ClosedError",
     "RejectedError",
 ]
@@ -52,6 +56,16 @@ class BadRecordError(InputError):
         self.path = path
         self.line = line
         self.field = field
+        self.reason = message
+
+
+class UsageError(InputError):
+    """An argument that cannot be used as given; ``option`` names it (``"out"``, ``"plot"``)
+    and ``reason`` says why and what to do instead."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
         self.reason = message
 
 

@@ -15,25 +15,60 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import InputError
+from engine.errors import InputError, UsageError
+from engine.outputs import AtomicOutput, is_path
 
-__all__ = ["plot_replay"]
+__all__ = ["plot_replay", "plot_format"]
+
+_HINT = "needs matplotlib, which is not installed: pip install 'goldilocks[plot]'"
 
 
-def plot_replay(stats: Any, path: str | os.PathLike, *, max_points: int = 200_000,
-                title: str | None = None) -> str:
-    """Render ``stats.plot`` to ``path`` (PNG, SVG, PDF by extension); return the path."""
+def plot_format(path: str | os.PathLike) -> str:
+    """The image format matplotlib writes for ``path``'s suffix (``"png"``, ``"svg"``, …).
+
+    Raises ``UsageError("plot", …)`` if matplotlib is not installed (with the ``pip install``
+    hint) or cannot write that suffix (naming the ones it can): the checks of ``--plot``
+    before a replay starts.
+    """
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError as err:
+        raise UsageError("plot", _HINT) from err
+    known = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(os.fspath(path))[1].lstrip(".").lower()
+    if suffix not in known:
+        what = f"'.{suffix}' files" if suffix else "a file without a suffix"
+        raise UsageError("plot", f"{os.fspath(path)}: matplotlib cannot write {what}; expected "
+                         f"one of {', '.join('.' + k for k in sorted(known))}")
+    return suffix
+
+
+def plot_replay(stats: Any, path: str | os.PathLike | Any, *, max_points: int = 200_000,
+                title: str | None = None, format: str | None = None) -> Any:
+    """Render ``stats.plot`` to ``path`` and return it: a file name (the format from its
+    suffix, ``plot_format``; written under a temporary name and renamed into place) or a
+    binary file (``format`` says which)."""
     data = getattr(stats, "plot", None)
     if data is None:
         raise InputError("plot_replay: the stats carry no plot data; call replay(..., plot=True)")
+    if is_path(path):
+        fmt = plot_format(path)
+        target = AtomicOutput(path, "plot")
+        try:
+            plot_replay(stats, target.file, max_points=max_points, title=title, format=fmt)
+        except BaseException:
+            target.discard()
+            raise
+        target.commit()
+        return os.fspath(path)
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.dates as mdates
         import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover - depends on the installed extras
-        raise InputError("--plot needs matplotlib (pip install 'goldilocks[plot]')") from err
+    except ImportError as err:
+        raise UsageError("plot", _HINT) from err
 
     n = len(data.start)
     index = np.arange(n)
@@ -81,9 +116,11 @@ def plot_replay(stats: Any, path: str | os.PathLike, *, max_points: int = 200_00
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=9, markerscale=1.5, framealpha=0.9)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return os.fspath(path)
+    try:
+        fig.savefig(path, format=format)
+    finally:
+        plt.close(fig)
+    return path
 
 
 def _duration(ns: int) -> str:

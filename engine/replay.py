@@ -36,24 +36,33 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Protocol, Sequence
 
 import numpy as np
+import orjson
 
-from engine.errors import InputError
+from engine.errors import InputError, UsageError
 from engine.event import ADJUSTED, CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
 from engine.eventlog import (
+    BAD_RECORD_MODES,
     CTI,
     INSERT,
     JOIN,
+    LEAVE,
+    TIME_FORMATS,
     BadRecords,
     SourceTable,
     cti_line,
+    cti_line_iso,
     encode_late,
     insert_line,
+    insert_line_iso,
     insert_prefix,
+    iso_time,
     late_line,
     merge_columns,
 )
-from engine.jsonl_scan import gather
-from engine.jsonl_write import late_text
+from engine.eventlog_read import time_scale
+from engine.jsonl_scan import PAD, Payloads, gather
+from engine.jsonl_write import decimals, insert_lines, iso_times, late_text
+from engine.outputs import AtomicOutput, check_outputs, is_path
 from engine.policy import (CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy,
                            resolve_policy)
 from engine.times import to_duration_ns
@@ -67,6 +76,7 @@ __all__ = [
     "Clock",
     "SystemClock",
     "VirtualClock",
+    "resolve",
     "COLUMNAR",
     "ELEMENT",
 ]
@@ -111,8 +121,13 @@ class VirtualClock:
 
 @dataclass(frozen=True)
 class InputStats:
-    """One input (source): records received (inserts + CTIs), inserts emitted (adjusted ones
-    included), late (dropped + adjusted), adjusted, and the last CTI it sent (``None``: none)."""
+    """One input (source): inserts and CTIs received (``received``), its ``join``/``leave``
+    records (``control``), inserts emitted (adjusted ones included), late (dropped +
+    adjusted), adjusted, and the last CTI it sent (``final_cti``; ``None``: none). On the
+    output side: the CTIs emitted on its records (``ctis_out``: its CTIs, or its leaving,
+    advanced the output's time) and the last of them (``last_cti_out``). Every record of the
+    replay is counted in one input's ``records``; the output's CTIs are the sum of
+    ``ctis_out`` and its final CTI the latest ``last_cti_out``."""
 
     name: str | None
     received: int
@@ -122,10 +137,18 @@ class InputStats:
     late: int
     adjusted: int
     final_cti: int | None
+    control: int = 0
+    ctis_out: int = 0
+    last_cti_out: int | None = None
 
     @property
     def dropped(self) -> int:
         return self.late - self.adjusted
+
+    @property
+    def records(self) -> int:
+        """Every record of this input: inserts, CTIs, joins and leaves."""
+        return self.received + self.control
 
 
 @dataclass(frozen=True)
@@ -182,34 +205,52 @@ class ReplayStats:
 
 
 class _Output:
-    """A binary sink: a path (opened and closed here), a file object, or ``None`` (discard)."""
+    """A binary sink: a path (written under a temporary name, put in place by ``close(True)``,
+    removed by ``close(False)``: ``engine.outputs``), a file object, or ``None`` (discard)."""
 
     def __init__(self, target: Any, what: str) -> None:
-        self.owned = False
+        self.atomic: AtomicOutput | None = None
         if target is None:
             self.file: BinaryIO | None = None
-        elif isinstance(target, (str, os.PathLike)):
-            self.file = open(target, "wb", buffering=1 << 20)
-            self.owned = True
+        elif is_path(target):
+            self.atomic = AtomicOutput(target, what)
+            self.file = self.atomic.file
         elif hasattr(target, "write"):
             self.file = getattr(target, "buffer", target)  # a text stream's binary buffer
         else:
-            raise InputError(f"{what}={target!r}; expected a path, a binary file or None")
+            raise UsageError(what, f"{target!r}; expected a path, a binary file or None")
 
     def write(self, data: bytes) -> None:
         if self.file is not None and data:
             self.file.write(data)
 
-    def close(self) -> None:
-        if self.file is None:
-            return
-        if self.owned:
-            self.file.close()
-        else:
+    def close(self, ok: bool) -> None:
+        if self.atomic is not None:
+            if ok:
+                self.atomic.commit()
+            else:
+                self.atomic.discard()
+        elif self.file is not None:
             self.file.flush()
 
 
-def _resolve(policy: str | Policy, delay: object, on_late: str) -> Policy:
+def _open_sinks(targets: dict[str, Any]) -> list[_Output]:
+    """A ``_Output`` per target, all or none (a failure discards those already created)."""
+    sinks: list[_Output] = []
+    try:
+        for what, target in targets.items():
+            sinks.append(_Output(target, what))
+    except BaseException:
+        for sink in sinks:
+            sink.close(False)
+        raise
+    return sinks
+
+
+def resolve(policy: str | Policy, delay: object = None, on_late: str = "drop") -> Policy:
+    """The policy a replay runs: a registered name built with ``delay`` (``None``: 5 minutes
+    for goldilocks, 0 for the others) and ``on_late``, or a policy object (``delay``, if
+    given, must agree with it). Raises ``InputError`` naming what is wrong."""
     if isinstance(policy, str):
         if delay is None:
             delay = "5m" if policy == "goldilocks" else 0
@@ -277,7 +318,8 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
            late: str | os.PathLike | BinaryIO | None = None, speed: object = None,
            bad_records: str = "fail", quarantine: str | os.PathLike | BinaryIO | None = None,
            clock: Clock | None = None, progress: bool = False, plot: bool = False,
-           columnar: bool | None = None) -> ReplayStats:
+           columnar: bool | None = None, time_unit: str | None = None,
+           time_format: str = "ns") -> ReplayStats:
     """Replay event logs through a policy; write the output and late records; return stats.
 
     ``paths``: JSON Lines, CSV or Parquet logs, merged by ``(order key, file index, line)``
@@ -287,9 +329,18 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     file, or ``None`` to discard (late records are counted either way). ``speed``: ``None`` or
     ``"max"`` for as fast as possible, or a factor pacing records by their recorded ``arrival``
     times through ``clock`` (default the system clock). ``bad_records``: ``fail`` (raise
-    ``BadRecordError`` naming file and line), ``skip`` or ``quarantine`` (skip and append to
+    ``BadRecordError`` naming file and line), ``skip`` or ``quarantine`` (skip and write to
     ``quarantine``); skipped records are counted (TS §5.3). ``columnar``: ``None`` chooses
     automatically; ``True``/``False`` force a path (``True`` fails if it cannot apply).
+    ``time_unit``: the unit of the logs' integer times, ``"s"``, ``"ms"``, ``"us"`` or
+    ``"ns"``; ``None`` takes nanoseconds and refuses integers implausible as such
+    (``docs/event-log.md``). ``time_format``: ``"ns"`` writes integer nanoseconds (the
+    canonical log), ``"iso"`` RFC 3339 UTC text; either replays back to the same events.
+
+    Outputs given as paths are safe: one that is an input, or the same file as another
+    output, is refused before anything is opened (``UsageError``); each is written under a
+    temporary name in its directory and renamed into place only when the replay succeeds,
+    so a failed run leaves neither a partial file nor a temporary (``engine.outputs``).
 
     The same logs and options always give the same bytes (TS §5.1). Memory: one chunk per file
     on either path, whatever the length of the log (``plot=True`` keeps, in addition, the
@@ -299,9 +350,22 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     path_list = [os.fspath(p) for p in paths]
     if not path_list:
         raise InputError("replay: no event logs given; expected at least one path")
-    pol = _resolve(policy, delay, on_late)
+    pol = resolve(policy, delay, on_late)
     factor = _speed(speed)
-    streaming_out = out is not None and not isinstance(out, (str, os.PathLike))
+    if time_format not in TIME_FORMATS:
+        raise UsageError("time_format", f"{time_format!r}; expected one of "
+                         f"{', '.join(TIME_FORMATS)}")
+    try:
+        time_scale(time_unit)
+    except InputError as err:
+        raise UsageError("time_unit", str(err)) from None
+    if bad_records not in BAD_RECORD_MODES:
+        raise UsageError("bad_records", f"{bad_records!r}; expected one of "
+                         f"{', '.join(BAD_RECORD_MODES)}")
+    if (bad_records == "quarantine") != (quarantine is not None):
+        raise UsageError("quarantine", "a quarantine file goes with bad_records='quarantine' "
+                         f"(got bad_records={bad_records!r}, quarantine={quarantine!r})")
+    streaming_out = out is not None and not is_path(out)
     can_columns = _columnar_ok(pol)
     if columnar is None:
         columnar = can_columns and factor is None and not streaming_out
@@ -310,38 +374,50 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     elif columnar and factor is not None:
         raise InputError("pacing (speed) needs the element path")
 
-    quarantine_out = _Output(quarantine, "quarantine") if quarantine is not None else None
-    if bad_records == "quarantine" and quarantine_out is None:
-        raise InputError("bad_records='quarantine' needs a quarantine file")
-    bad = BadRecords(bad_records, quarantine_out.file if quarantine_out else None)
+    check_outputs(path_list, {"out": out, "late": late, "quarantine": quarantine})
+    for p in path_list:  # before an output is created
+        if not os.path.exists(p):
+            raise InputError(f"{p}: no such file")
+    quarantine_out, out_sink, late_sink = _open_sinks(
+        {"quarantine": quarantine, "out": out, "late": late})
+    bad = BadRecords(bad_records, quarantine_out.file)
     table = SourceTable()
-    out_sink = _Output(out, "out")
-    late_sink = _Output(late, "late")
-    bar = _Progress(path_list, progress)
+    iso = time_format == "iso"
     modes: list = []
     # Parsing a chunk makes ~10^5 acyclic JSON objects; reference counting frees them, the
     # cyclic collector only rescans them. Off during the replay (about 20% faster), restored.
     collecting = gc.isenabled()
-    gc.disable()
     chunks = None
+    bar = None
+    ok = False
     try:
+        bar = _Progress(path_list, progress)
+        gc.disable()
         chunks = _ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
-                                      modes=modes))
+                                      modes=modes, time_unit=time_unit))
         if columnar:
-            result = _run_columnar(pol, chunks, table, out_sink, late_sink, plot)
+            result = _run_columnar(pol, chunks, table, out_sink, late_sink, plot, iso)
         else:
             result = _run_elements(pol, chunks, table, out_sink, late_sink, plot, factor,
-                                   clock or SystemClock(), modes)
+                                   clock or SystemClock(), modes, iso)
+        ok = True
     finally:
         if chunks is not None:
             chunks.close()  # stops the reading thread if the replay ended early
         if collecting:
             gc.enable()
-        bar.close()
-        out_sink.close()
-        late_sink.close()
-        if quarantine_out is not None:
-            quarantine_out.close()
+        if bar is not None:
+            bar.close()
+        # put every output in place only if the whole replay succeeded; else remove them all
+        # (TS §5.5)
+        failed: OSError | None = None
+        for sink in (out_sink, late_sink, quarantine_out):
+            try:
+                sink.close(ok and failed is None)
+            except OSError as err:  # a rename that failed: the rest are removed too
+                failed = failed or err
+        if failed is not None:
+            raise failed
     per_input, records_per_file, totals, plot_data = result
     files = tuple(
         FileStats(p, os.path.splitext(p)[1].lstrip(".").lower(), records_per_file.get(i, 0),
@@ -416,15 +492,17 @@ def _ahead(chunks, depth: int = 2):
 
 
 def _inputs(names: list[str | None], received, inserts, ctis, emitted, late, adjusted,
-            last_cti: dict[int, int]) -> tuple[InputStats, ...]:
+            control, ctis_out, last_cti: dict[int, int],
+            last_out: dict[int, int]) -> tuple[InputStats, ...]:
     rows = []
     for code in [-1] + list(range(len(names))):
         i = code + 1
-        if i >= len(received) or received[i] == 0:
+        if i >= len(received) or received[i] + control[i] == 0:
             continue
         rows.append(InputStats(names[code] if code >= 0 else None, int(received[i]),
                                int(inserts[i]), int(ctis[i]), int(emitted[i]), int(late[i]),
-                               int(adjusted[i]), last_cti.get(code)))
+                               int(adjusted[i]), last_cti.get(code), int(control[i]),
+                               int(ctis_out[i]), last_out.get(code)))
     rows.sort(key=lambda r: (r.name is not None, r.name or ""))  # by name, merged CTIs first
     return tuple(rows)
 
@@ -433,8 +511,12 @@ def _inputs(names: list[str | None], received, inserts, ctis, emitted, late, adj
 
 
 def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_out: _Output,
-                  plot: bool, factor: float | None, clock: Clock, modes: list):
+                  plot: bool, factor: float | None, clock: Clock, modes: list,
+                  iso: bool = False):
     step, join, leave = pol.step, pol.join, pol.leave
+    encode_insert = insert_line_iso if iso else insert_line
+    encode_cti = cti_line_iso if iso else cti_line
+    time_format = "iso" if iso else "ns"
     state = pol.initial()
     names = table.names
     prefixes: dict[str | None, bytes] = {}
@@ -446,7 +528,10 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
     emitted = [0] * size
     late = [0] * size
     adjusted = [0] * size
+    control = [0] * size
+    ctis_out = [0] * size
     last_cti: dict[int, int] = {}
+    last_out: dict[int, int] = {}
     per_file: dict[int, int] = {}
     n_ctis = n_emitted = n_late = n_adjusted = 0
     final = None
@@ -467,7 +552,7 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
         for f in np.unique(chunk.file).tolist():
             per_file[f] = per_file.get(f, 0) + int((chunk.file == f).sum())
         while len(names) + 1 >= size:
-            for lst in (received, inserts, ctis, emitted, late, adjusted):
+            for lst in (received, inserts, ctis, emitted, late, adjusted, control, ctis_out):
                 lst.extend([0] * size)
             size *= 2
         for k, s, st, en, he, pl, key in zip(chunk.kind.tolist(), chunk.source.tolist(),
@@ -498,8 +583,10 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                 last_cti[s] = st
                 state, outs = step(state, Event(CTI_KIND, st, None, None, name))
             elif k == JOIN:
+                control[i] += 1
                 state, outs = join(state, name)
             else:
+                control[i] += 1
                 state, outs = leave(state, name)
             if plot_rows is not None and k <= CTI:
                 plot_rows.append((s, st, k == CTI, False))
@@ -511,13 +598,14 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                         adjusted[i] += 1
                         n_adjusted += 1
                     if late_on:
-                        lbuf.append(encode_late(o))
+                        lbuf.append(encode_late(o, time_format))
                     if plot_rows is not None:
                         plot_rows[-1] = plot_rows[-1][:3] + (True,)
                 elif o.kind == CTI_KIND:
-                    buf.append(cti_line(o.start))
+                    buf.append(encode_cti(o.start))
                     n_ctis += 1
-                    final = o.start
+                    ctis_out[i] += 1
+                    final = last_out[s] = o.start
                     if plot_ctis is not None:
                         plot_ctis.append((len(plot_rows) - 1, o.start))
                 else:
@@ -525,8 +613,8 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                     pre = prefixes.get(src)
                     if pre is None:
                         pre = prefixes[src] = insert_prefix(src)
-                    buf.append(insert_line(pre, o.start, o.end if o.kind == INTERVAL else None,
-                                           o.payload))
+                    buf.append(encode_insert(pre, o.start,
+                                             o.end if o.kind == INTERVAL else None, o.payload))
                     emitted[i] += 1
                     n_emitted += 1
             records += 1
@@ -540,7 +628,8 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                              rows[:, 2].astype(bool), rows[:, 3].astype(bool), cr[:, 0], cr[:, 1])
     totals = {"records": records, "emitted": n_emitted, "ctis": n_ctis, "late": n_late,
               "adjusted": n_adjusted, "final": final}
-    stats = _inputs(names, received, inserts, ctis, emitted, late, adjusted, last_cti)
+    stats = _inputs(names, received, inserts, ctis, emitted, late, adjusted, control, ctis_out,
+                    last_cti, last_out)
     return stats, per_file, totals, plot_data
 
 
@@ -550,7 +639,8 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
 class _Counts:
     """Per-input counters as int64 columns indexed by source code + 1, grown as inputs appear."""
 
-    __slots__ = ("received", "inserts", "ctis", "emitted", "late", "adjusted")
+    __slots__ = ("received", "inserts", "ctis", "emitted", "late", "adjusted", "control",
+                 "ctis_out")
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -564,8 +654,15 @@ class _Counts:
         setattr(self, name, have)
 
 
+def _last_by_source(source: np.ndarray, values: np.ndarray, into: dict[int, int]) -> None:
+    """Record in ``into`` each source code's last value (rows in order)."""
+    if len(source):
+        codes, first = np.unique(source[::-1], return_index=True)
+        into.update(zip(codes.tolist(), values[::-1][first].tolist()))
+
+
 def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_out: _Output,
-                  plot: bool):
+                  plot: bool, iso: bool = False):
     """One pass, chunk by chunk: the policy state (``run_columns``'s third value) is carried
     from chunk to chunk, so nothing of a chunk outlives it. Memory: O(chunk) (TS §5.1: the
     decisions do not depend on where the chunks are cut), plus the plot columns if asked."""
@@ -574,11 +671,13 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
     state = None
     counts = _Counts()
     last_cti: dict[int, int] = {}
+    last_out: dict[int, int] = {}
     per_file: dict[int, int] = {}
     records = n_emitted = n_ctis = n_late = n_adjusted = 0
     final = None
     late_on = late_out.file is not None
     prefixes: dict[int, bytes] = {}
+    prefixes_iso = _Prefixes(names)
     plot_parts: list[tuple] = []
     timed_before = 0
     for chunk in chunks:
@@ -611,13 +710,12 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
         counts.add("emitted", by_action[:, EMIT] + by_action[:, EMIT_ADJUSTED])
         counts.add("late", by_action[:, DROP_LATE] + by_action[:, EMIT_ADJUSTED])
         counts.add("adjusted", by_action[:, EMIT_ADJUSTED])
+        counts.add("control", by_kind[:, JOIN] + by_kind[:, LEAVE])
+        counts.add("ctis_out", by_action[:, CTI_EMIT])
         cti_rows = np.flatnonzero(is_cti)
-        if len(cti_rows):
-            rev_codes = source[cti_rows][::-1]
-            uniq, first = np.unique(rev_codes, return_index=True)
-            last_vals = start[cti_rows][::-1][first]
-            last_cti.update(zip(uniq.tolist(), last_vals.tolist()))
+        _last_by_source(source[cti_rows], start[cti_rows], last_cti)
         emit_cti_rows = np.flatnonzero(action == CTI_EMIT)
+        _last_by_source(source[emit_cti_rows], cti[emit_cti_rows], last_out)
         records += n
         totals_by_action = by_action.sum(axis=0)
         n_emitted += int(totals_by_action[EMIT] + totals_by_action[EMIT_ADJUSTED])
@@ -636,6 +734,9 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                                rows_index[emit_cti_rows], cti[emit_cti_rows]))
             timed_before += int(timed.sum())
 
+        if iso:  # RFC 3339 times: every insert's line built with numpy (TS §5.6)
+            _write_raw(_iso_lines(chunk, prefixes_iso), action, cti, out, late_out, True)
+            continue
         if chunk.raw is not None:
             _write_raw(chunk.raw, action, cti, out, late_out)
             continue
@@ -684,16 +785,17 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
               "adjusted": n_adjusted, "final": final}
     c = counts
     stats = _inputs(names, c.received, c.inserts, c.ctis, c.emitted, c.late, c.adjusted,
-                    last_cti)
+                    c.control, c.ctis_out, last_cti, last_out)
     return stats, per_file, totals, plot_data
 
 
 def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
-               late_out: _Output) -> None:
+               late_out: _Output, iso: bool = False) -> None:
     """Write a chunk whose input lines are canonical (``engine.jsonl_scan``): emitted inserts
     are copied from the input bytes and late lines assembled from them with numpy; only CTIs
     and adjusted lines are built one by one. The bytes are those ``insert_line`` and
-    ``late_line`` would write (TS §5.1)."""
+    ``late_line`` would write (TS §5.1); with ``iso``, the lines are ``_iso_lines`` and the
+    bytes those of ``insert_line_iso`` and ``late_line_iso``."""
     data, body, stop = raw.data, raw.body, raw.stop
     emit = action == EMIT
     rows = np.flatnonzero(emit)
@@ -703,7 +805,8 @@ def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
         late = np.flatnonzero((action == DROP_LATE) | (action == EMIT_ADJUSTED))
         if len(late):
             late_out.write(memoryview(late_text(raw, late, cti[late],
-                                                action[late] == EMIT_ADJUSTED)))
+                                                action[late] == EMIT_ADJUSTED,
+                                                iso_times if iso else decimals)))
     rows = np.flatnonzero((action == CTI_EMIT) | (action == EMIT_ADJUSTED))
     if not len(rows):
         out.write(kept)
@@ -718,12 +821,60 @@ def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
             parts.append(kept[pos:o])
             pos = o
         if a == CTI_EMIT:
-            parts.append(cti_line(c))
+            parts.append(cti_line_iso(c) if iso else cti_line(c))
             continue
-        # EMIT_ADJUSTED: an interval, so a comma follows its start's digits
+        # EMIT_ADJUSTED: an interval, so a comma follows its start's digits (or its RFC 3339
+        # text, which holds no comma)
         line = data[body[i]:stop[i]].tobytes()
         p = int(raw.start_at[i] - body[i])
         q = line.find(b",", p)
-        parts.append(b"%b%d%b" % (line[:p], c, line[q:]))
+        parts.append(b"%b%b%b" % (line[:p], iso_time(c) if iso else b"%d" % c, line[q:]))
     parts.append(kept[pos:])
     out.write(b"".join(parts))
+
+
+class _Prefixes:
+    """The ``insert_prefix`` of every input name so far as a byte matrix (one row per source
+    code, ``lens`` bytes used), rebuilt when new names appear."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.count = -1
+        self.matrix = np.zeros((1, 1), np.uint8)
+        self.lens = np.zeros(1, np.int64)
+
+    def get(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.count != len(self.names):
+            prefixes = [insert_prefix(name) for name in self.names] or [b""]
+            self.lens = np.array([len(p) for p in prefixes], np.int64)
+            self.matrix = np.zeros((len(prefixes), int(self.lens.max())), np.uint8)
+            for i, p in enumerate(prefixes):
+                self.matrix[i, :len(p)] = np.frombuffer(p, np.uint8)
+            self.count = len(self.names)
+        return self.matrix, self.lens
+
+
+def _iso_lines(chunk, prefixes: _Prefixes):
+    """The chunk's insert lines with RFC 3339 times (``insert_line_iso``'s bytes), built with
+    numpy (``engine.jsonl_write.insert_lines``) as ``RawLines`` for ``_write_raw``. Payload
+    texts come from the scanner's or the Parquet reader's buffer when the chunk has one, else
+    each payload is encoded once."""
+    n = len(chunk)
+    rows = np.flatnonzero(chunk.kind == INSERT)
+    payload = chunk.payload
+    if isinstance(payload, Payloads):
+        buffer = payload.buffer
+        p0 = np.zeros(n, np.int64)
+        p1 = np.zeros(n, np.int64)
+        p0[payload.rows] = payload.p0
+        p1[payload.rows] = payload.p1
+        p0, p1 = p0[rows], p1[rows]
+    else:
+        texts = [b"" if (v := payload[i]) is None else orjson.dumps(v) for i in rows.tolist()]
+        lens = np.fromiter(map(len, texts), np.int64, len(texts))
+        p1 = np.cumsum(lens)
+        p0 = p1 - lens
+        buffer = np.frombuffer(b"".join(texts) + bytes(PAD), np.uint8)
+    matrix, lens = prefixes.get()
+    return insert_lines(matrix, lens, chunk.source, chunk.start, chunk.end, chunk.has_end,
+                        buffer, p0, p1, rows, n, iso_times)

@@ -6,15 +6,17 @@ import argparse
 
 import pytest
 
-from engine.cli import Command, build_parser, main, register_command
+from pathlib import Path
 
-FLEET = "examples/data/fleet.jsonl"
+from engine.cli import Command, build_parser, main, register_command
+from tests.replay.conftest import SEED_LOG
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = str(ROOT / "examples" / "data" / "fleet.jsonl")
 
 
 def test_help_lists_replay(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["--help"])
-    assert info.value.code == 0
+    assert main(["--help"]) == 0  # main returns the status; it does not raise SystemExit
     assert "replay" in capsys.readouterr().out
 
 
@@ -22,8 +24,8 @@ def test_replay_to_files_with_summary(tmp_path, capsys):
     out, late = tmp_path / "out.jsonl", tmp_path / "late.jsonl"
     assert main(["replay", FLEET, "--delay", "5m", "--out", str(out), "--late", str(late)]) == 0
     err = capsys.readouterr().err
-    for word in ("thermo-1", "thermo-2", "door-4", "received", "emitted", "late", "final CTI",
-                 "total"):
+    for word in ("thermo-1", "thermo-2", "door-4", "records", "emitted", "late",
+                 "last CTI in", "last CTI out", "total"):
         assert word in err
     assert out.read_bytes().count(b"\n") > 600
     assert late.read_bytes().count(b'"action":"dropped"') == 38
@@ -51,18 +53,123 @@ def test_bad_records_quarantine(tmp_path, capsys):
     log.write_bytes(b'{"source":"A","kind":"insert","start":1}\n{"source":"A","kind":"x"}\n')
     q = tmp_path / "q.jsonl"
     assert main(["replay", str(log), "--out", str(tmp_path / "o"), "--bad-records",
-                 "quarantine", str(q)]) == 0
+                 "quarantine", "--quarantine", str(q)]) == 0
     assert "1 bad records quarantined" in capsys.readouterr().err
     assert b'"line":2' in q.read_bytes()
 
 
-def test_missing_file_and_bad_options(tmp_path, capsys):
-    assert main(["replay", str(tmp_path / "nope.jsonl")]) == 1
+def test_missing_file_is_an_input_error(tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    assert main(["replay", str(tmp_path / "nope.jsonl"), "--out", str(out)]) == 1
     assert "no such file" in capsys.readouterr().err
-    assert main(["replay", FLEET, "--policy", "nope"]) == 1
-    assert "unknown policy" in capsys.readouterr().err
-    assert main(["replay", FLEET, "--policy", "max", "--delay", "5m"]) == 1
-    assert main(["replay", FLEET, "--bad-records", "quarantine"]) == 1
+    assert list(tmp_path.iterdir()) == []  # no output, no temporary
+
+
+@pytest.mark.parametrize("args, option, says", [
+    (["--delay", "abc"], "--delay", "cannot parse 'abc' as a duration"),
+    (["--delay", "5 minutes later"], "--delay", "cannot parse '5 minutes later'"),
+    (["--delay=-5m"], "--delay", "cannot parse '-5m'"),
+    (["--delay", "-5m"], "--delay", "expected one argument"),
+    (["--delay", "1 month"], "--delay", "years or months"),
+    (["--policy", "nope"], "--policy", "invalid choice: 'nope' (choose from 'goldilocks', "
+                                       "'max', 'min')"),
+    (["--policy", "max", "--delay", "5m"], "--delay", "max policy: delay='5m'; expected 0"),
+    (["--policy", "min", "--delay", "1s"], "--delay", "min policy: delay='1s'; expected 0"),
+    (["--bad-records", "skp"], "--bad-records", "invalid choice: 'skp'"),
+    (["--bad-records", "quarantine"], "--bad-records", "quarantine needs a file"),
+    (["--bad-records", "skip", "--quarantine", "q.jsonl"], "--quarantine",
+     "is for --bad-records quarantine, but --bad-records is skip"),
+    (["--speed", "fast"], "--speed", "expected 'max' or a positive factor"),
+    (["--speed", "0"], "--speed", "expected 'max' or a positive factor"),
+    (["--speed", "nan"], "--speed", "expected 'max' or a positive factor"),
+    (["--on-late", "keep"], "--on-late", "invalid choice: 'keep'"),
+    (["--time-unit", "sec"], "--time-unit", "invalid choice: 'sec'"),
+    (["--time-format", "rfc"], "--time-format", "invalid choice: 'rfc'"),
+])
+def test_usage_errors_exit_2_in_argparse_style(tmp_path, args, option, says, capsys):
+    out = tmp_path / "out.jsonl"
+    assert main(["replay", FLEET, "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"goldilocks replay: error: argument {option}: "), err
+    assert says in line, line
+    assert "Traceback" not in err and not out.exists()
+
+
+def _replayed(tmp_path, name: str, *args: str) -> bytes:
+    out = tmp_path / name
+    assert main(["replay", FLEET, "--out", str(out), "--no-summary", *args]) == 0
+    return out.read_bytes()
+
+
+def test_delay_zero_integer_nanoseconds_and_words(tmp_path):
+    # replay.md: int ns work as --delay; '5 minutes' (Spark's words) means 5m
+    five = _replayed(tmp_path, "a", "--delay", "5m")
+    assert _replayed(tmp_path, "b", "--delay", "300000000000") == five
+    assert _replayed(tmp_path, "c", "--delay", "5 minutes") == five
+    assert _replayed(tmp_path, "d", "--delay", "interval 5 minutes") == five
+    zero = _replayed(tmp_path, "e", "--delay", "0")
+    assert zero == _replayed(tmp_path, "f", "--delay", "0s") != five
+    # and the min policy's own error asks for 0, which it now accepts
+    assert _replayed(tmp_path, "g", "--policy", "min", "--delay", "0") == \
+        _replayed(tmp_path, "h", "--policy", "min")
+
+
+def _bad_log(tmp_path):
+    log = tmp_path / "bad.jsonl"
+    log.write_bytes(b'{"source":"A","kind":"insert","start":1}\n{"source":"A","kind":"x"}\n'
+                    b'{"source":"A","kind":"insert","start":2}\n')
+    return log
+
+
+def test_bad_records_skip_does_not_swallow_the_log(tmp_path, capsys):
+    log = _bad_log(tmp_path)
+    out = tmp_path / "out.jsonl"
+    assert main(["replay", "--bad-records", "skip", str(log), "--out", str(out)]) == 0
+    assert "1 bad records skipped" in capsys.readouterr().err
+    assert out.read_bytes().count(b'"kind":"insert"') == 2
+
+
+@pytest.mark.parametrize("spelling", [
+    ["--quarantine", "{q}"],
+    ["--bad-records", "quarantine", "--quarantine", "{q}"],
+    ["--bad-records", "quarantine", "{q}"],  # the spelling from before --quarantine
+    ["--bad-records=quarantine", "{q}"],
+])
+def test_quarantine_spellings(tmp_path, spelling, capsys):
+    log = _bad_log(tmp_path)
+    q = tmp_path / "q.jsonl"
+    argv = ["replay", *[a.format(q=q) for a in spelling], str(log), "--out",
+            str(tmp_path / "out.jsonl")]
+    assert main(argv) == 0
+    assert "1 bad records quarantined" in capsys.readouterr().err
+    assert b'"line":2' in q.read_bytes()
+
+
+def test_the_old_spelling_does_not_take_a_file_when_quarantine_is_given(tmp_path, capsys):
+    # with --quarantine given, the word after 'quarantine' is a log, as the new syntax reads
+    log = _bad_log(tmp_path)
+    q = tmp_path / "q.jsonl"
+    assert main(["replay", "--quarantine", str(q), "--bad-records", "quarantine", str(log),
+                 "--out", str(tmp_path / "o")]) == 0
+    assert b'"line":2' in q.read_bytes()
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"goldilocks {version('goldilocks')}\n"
+
+
+def test_version_of_a_checkout_that_is_not_installed():
+    import tomllib
+
+    from engine.cli import distribution_version
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    text = distribution_version("goldilocks-not-installed-anywhere")
+    assert text.startswith(f"{pyproject} (not installed: ")
 
 
 def test_plot_is_written(tmp_path, capsys):
@@ -84,3 +191,48 @@ def test_other_modules_can_register_a_subcommand(capsys):
     assert "hello-test" in build_parser().format_help()
     assert main(["hello-test", "--n", "2"]) == 3
     assert capsys.readouterr().out == "hellohello\n"
+
+
+def _summary(err: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The summary table printed by rich: its header and its rows by input name."""
+    header: list[str] = []
+    rows: dict[str, list[str]] = {}
+    for line in err.splitlines():
+        if line.startswith("┃"):
+            header = [c.strip() for c in line.strip("┃").split("┃")]
+        elif line.startswith("│"):
+            cells = [c.strip() for c in line.strip("│").split("│")]
+            rows[cells[0]] = cells
+    return header, rows
+
+
+# the seed's example, then a join, a CTI of the merged stream and a leave
+SUMMARY_LOG = SEED_LOG + (b'{"source":"C","kind":"join"}\n'
+                          b'{"kind":"cti","start":500250000000}\n'
+                          b'{"source":"B","kind":"leave"}\n')
+
+
+@pytest.mark.parametrize("out", ["file", "-"])  # the columnar and the element path
+def test_summary_rows_add_up_and_times_share_one_precision(tmp_path, out, capsys):
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(SUMMARY_LOG)
+    target = str(tmp_path / "out.jsonl") if out == "file" else "-"
+    assert main(["replay", str(log), "--out", target]) == 0
+    header, rows = _summary(capsys.readouterr().err)
+    assert header == ["input", "records", "CTIs", "late", "adjusted", "emitted", "CTIs out",
+                      "last CTI in", "last CTI out"]
+    total = rows.pop("total")
+    assert set(rows) == {"(merged)", "A", "B", "C"}
+    for col in range(1, 7):  # every count column: the rows add up to the total
+        assert sum(int(r[col]) for r in rows.values()) == int(total[col]), header[col]
+    assert total[1] == "10"  # every record, B's leave and C's join included
+    assert (rows["B"][1], rows["C"][1]) == ("4", "1")
+    # an input's last CTI and the output's are separate columns; the total row shows the
+    # output's final CTI, which is the latest CTI out of any row
+    assert rows["A"][7] == "1970-01-01T00:08:00.000Z"  # A's last CTI in
+    assert rows["A"][8] == "1970-01-01T00:03:00.000Z"  # the output CTI A's record caused
+    assert rows["(merged)"][8] == total[8] == "1970-01-01T00:03:20.250Z"
+    assert rows["C"][7] == rows["C"][8] == "—" and total[7] == ""
+    # one precision: every time in the table has the fraction digits the finest one needs
+    times = [c for r in [*rows.values(), total] for c in r[7:] if c not in ("", "—")]
+    assert times and all(len(t) == len("1970-01-01T00:00:00.000Z") for t in times)

@@ -143,6 +143,15 @@ def test_columnar_and_element_paths_write_identical_bytes(tmp_path_factory, reco
     assert a.inputs == b.inputs
     assert (a.emitted, a.ctis_emitted, a.late, a.adjusted, a.final_cti) == \
            (b.emitted, b.ctis_emitted, b.late, b.adjusted, b.final_cti)
+    # the per-input rows add up to the totals: every record (leaves too) is in one row, and
+    # every output CTI is counted on the input whose record caused it
+    rows = a.inputs
+    assert sum(r.records for r in rows) == a.records == len(records)
+    assert sum(r.ctis_out for r in rows) == a.ctis_emitted
+    assert (sum(r.emitted for r in rows), sum(r.late for r in rows),
+            sum(r.adjusted for r in rows)) == (a.emitted, a.late, a.adjusted)
+    outs = [r.last_cti_out for r in rows if r.last_cti_out is not None]
+    assert (max(outs) if outs else None) == a.final_cti
     assert a.plot.late.tolist() == b.plot.late.tolist()
     assert a.plot.cti_rows.tolist() == b.plot.cti_rows.tolist()
 

@@ -1,0 +1,173 @@
+"""Output files that never destroy an input and never show a half-written result.
+
+``check_outputs(inputs, outputs)`` runs before anything is opened: an output that is one of
+the inputs (the same file by path or by inode: through a symbolic or a hard link too), two
+outputs that are the same file, an output that is a directory or whose directory does not
+exist are refused with a ``UsageError`` naming the option and the path.
+
+``AtomicOutput(path, option)`` then creates a hidden temporary file beside the target
+(``.<name>.<random>.tmp``, in the target's own directory, so that the final rename is atomic);
+creating it is the proof that the target can be written, so it is done before any work
+starts. ``commit()`` renames it over the target (``os.replace``): a reader sees the old file
+or the whole new one, never a part. ``discard()`` removes it: a failed or interrupted run
+leaves no file under the final name and no temporary behind. A symbolic link as the target
+is followed (the link stays, its target is replaced); a target that exists but is not a
+regular file (``/dev/null``, a FIFO) is written in place, since it cannot be replaced.
+
+>>> import os, tempfile
+>>> d = tempfile.mkdtemp()
+>>> out = AtomicOutput(os.path.join(d, "out.jsonl"), "out")
+>>> _ = out.file.write(b"{}\\n")
+>>> os.listdir(d) == [os.path.basename(out.temp)]
+True
+>>> out.commit()
+>>> os.listdir(d)
+['out.jsonl']
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from typing import Any, BinaryIO, Iterable, Mapping
+
+from engine.errors import UsageError
+
+__all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path"]
+
+
+def is_path(target: Any) -> bool:
+    """Is ``target`` a file name (``str`` or path-like), as opposed to a file object or
+    ``None``?"""
+    return isinstance(target, (str, os.PathLike))
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _identity(path: str) -> tuple[str, os.stat_result | None]:
+    return os.path.realpath(path), _stat(path)
+
+
+def _same(a: tuple[str, os.stat_result | None], b: tuple[str, os.stat_result | None]) -> bool:
+    if a[0] == b[0]:
+        return True
+    return a[1] is not None and b[1] is not None and os.path.samestat(a[1], b[1])
+
+
+def check_outputs(inputs: Iterable[Any], outputs: Mapping[str, Any]) -> None:
+    """Refuse, before anything is opened, outputs that would destroy an input or each other,
+    or that cannot be a file: ``outputs`` maps an option name to a path (``None`` and file
+    objects are skipped). Raises ``UsageError(option, …)``."""
+    ins = [(os.fspath(p), _identity(os.fspath(p))) for p in inputs if is_path(p)]
+    seen: list[tuple[str, str, tuple]] = []
+    for option, target in outputs.items():
+        if not is_path(target):
+            continue
+        path = os.fspath(target)
+        ident = _identity(path)
+        for name, other in ins:
+            if _same(ident, other):  # TS §5.5: an input is never written
+                how = "" if os.path.abspath(path) == os.path.abspath(name) else \
+                    " (the same file under another name or through a link)"
+                raise UsageError(option, f"{path} is the input log {name}{how}; writing it "
+                                 "would destroy the input: choose another file")
+        for other_option, other_path, other in seen:
+            if _same(ident, other):
+                raise UsageError(option, f"{path} is also given as {other_option} "
+                                 f"({other_path}); give each output its own file")
+        seen.append((option, path, ident))
+        real = ident[0]
+        if os.path.isdir(real):
+            raise UsageError(option, f"{path} is a directory; expected a file name")
+        parent = os.path.dirname(real) or "."
+        if not os.path.isdir(parent):
+            what = "is not a directory" if os.path.exists(parent) else "does not exist"
+            raise UsageError(option, f"cannot write {path}: {parent} {what}")
+
+
+class AtomicOutput:
+    """A file written under a temporary name and renamed over ``path`` by ``commit()``.
+
+    ``file`` is the open binary file. Creating the temporary file is the check that ``path``
+    can be written: an error is a ``UsageError(option, …)`` naming the path and the reason.
+    """
+
+    def __init__(self, path: str | os.PathLike, option: str, *, buffering: int = 1 << 20
+                 ) -> None:
+        self.path = os.fspath(path)
+        self.option = option
+        target = os.path.realpath(self.path)
+        info = _stat(target)
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            raise UsageError(option, f"{self.path} is a directory; expected a file name")
+        self.target = target
+        self.temp: str | None = None
+        try:
+            if info is not None and not stat.S_ISREG(info.st_mode):  # a device, a FIFO
+                self.file: BinaryIO = open(target, "wb", buffering=buffering)
+                return
+            folder, name = os.path.split(target)
+            while True:
+                temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+                try:  # the mode as for any new file (umask), or the replaced file's
+                    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                                 0o666)
+                except FileExistsError:
+                    continue
+                break
+            self.temp = temp
+            if info is not None:
+                os.chmod(fd, stat.S_IMODE(info.st_mode))
+            self.file = os.fdopen(fd, "wb", buffering=buffering)
+        except OSError as err:
+            self._remove()
+            raise UsageError(option, f"cannot write {self.path}: "
+                             f"{err.strerror or err}") from err
+
+    def commit(self) -> None:
+        """Close the file and put it in place under its final name (atomically)."""
+        self.file.close()
+        if self.temp is not None:
+            try:  # TS §5.5: the whole file appears at once
+                os.replace(self.temp, self.target)
+            except OSError:
+                self._remove()
+                raise
+            self.temp = None
+
+    def discard(self) -> None:
+        """Close and remove the temporary file; the final name is left as it was."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        self._remove()
+
+    def _remove(self) -> None:
+        if self.temp is not None:
+            try:
+                os.unlink(self.temp)
+            except OSError:
+                pass
+            self.temp = None
+
+
+def open_outputs(targets: Mapping[str, Any]) -> dict[str, AtomicOutput]:
+    """``AtomicOutput`` for each path in ``targets`` (option -> path; others skipped), all or
+    none: if one cannot be created the ones before it are discarded and the error raised."""
+    opened: dict[str, AtomicOutput] = {}
+    try:
+        for option, target in targets.items():
+            if is_path(target):
+                opened[option] = AtomicOutput(target, option)
+    except BaseException:
+        for o in opened.values():
+            o.discard()
+        raise
+    return opened
