@@ -299,10 +299,10 @@ def _unscaled_message(value: int, unit: str) -> str:
             "if they really are nanoseconds")
 
 
-#: the span of the integers ``looks_unscaled`` refuses: one comparison finds whether a
-#: column holds any of them
+#: the span of the integers ``looks_unscaled`` refuses: a column's minimum (or maximum)
+#: mostly shows that it holds none of them
 _UNSCALED_LO = UNSCALED_RANGES[0][1]
-_UNSCALED_SPAN = np.uint64(UNSCALED_RANGES[-1][2] - _UNSCALED_LO)
+_UNSCALED_HI = UNSCALED_RANGES[-1][2]
 
 
 def _scaled(scale: int | None, values: np.ndarray) -> np.ndarray:
@@ -311,14 +311,14 @@ def _scaled(scale: int | None, values: np.ndarray) -> np.ndarray:
     parser then names the record. Rows without a time hold 0, which passes both."""
     if scale == 1 or not len(values):
         return values
-    if scale is None:
-        near = (values - _UNSCALED_LO).view(np.uint64) < _UNSCALED_SPAN  # TS §5.4
-        if near.any():
-            v = values[near]
-            v = v[v % NS_PER_S != 0]  # whole seconds: a relative clock (looks_unscaled)
-            for _, lo, hi in UNSCALED_RANGES:
-                if ((v >= lo) & (v < hi)).any():
-                    raise _Slow
+    if scale is None:  # TS §5.4
+        if values.min() >= _UNSCALED_HI or values.max() < _UNSCALED_LO:
+            return values  # one pass for a log of today's nanoseconds
+        v = values[(values >= _UNSCALED_LO) & (values < _UNSCALED_HI)]
+        v = v[v % NS_PER_S != 0]  # whole seconds: a relative clock (looks_unscaled)
+        for _, lo, hi in UNSCALED_RANGES:
+            if ((v >= lo) & (v < hi)).any():
+                raise _Slow
         return values
     if (values < -(2**63 // scale)).any() or (values > (2**63 - 1) // scale).any():
         raise _Slow
@@ -576,8 +576,8 @@ def _scan_times(scale: int | None, last_key: int, mode: str, kind: np.ndarray,
             if ((kind == INSERT) & ~has_end & (start == MAX_TIME)).any():
                 return None  # a point's end would not fit
             end[kind > CTI] = 0
-        else:
-            _scaled(scale, np.where(has_end, end, 0))
+        elif has_end.any():
+            _scaled(scale, end[has_end])
     except _Slow:
         return None
     return start, end, key

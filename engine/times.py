@@ -258,12 +258,18 @@ def format_rfc3339(ns: int, digits: int | None = None) -> str:
     1677 to 2262), and ``to_ns`` reads the text back to the same ``ns``.
     """
     seconds, frac = divmod(ns, NS_PER_S)
+    head = _second_text(seconds)
     if digits is None:
-        digits = (0 if frac == 0 else 3 if frac % NS_PER_MS == 0 else
-                  6 if frac % NS_PER_US == 0 else 9)
+        if not frac:
+            return head + "Z"
+        if not frac % NS_PER_MS:
+            return f"{head}.{frac // NS_PER_MS:03d}Z"
+        if not frac % NS_PER_US:
+            return f"{head}.{frac // NS_PER_US:06d}Z"
+        return f"{head}.{frac:09d}Z"
     if digits:
-        return f"{_second_text(seconds)}.{frac:09d}"[:20 + digits] + "Z"
-    return _second_text(seconds) + "Z"
+        return f"{head}.{frac:09d}"[:20 + digits] + "Z"
+    return head + "Z"
 
 
 @lru_cache(maxsize=4096)

@@ -18,6 +18,8 @@ from engine.times import (
     NS_PER_US,
     format_duration_ns,
     format_ns,
+    format_rfc3339,
+    fraction_digits,
     to_duration_ns,
     to_ns,
 )
@@ -229,6 +231,25 @@ def test_format_duration_ns():
 @given(st.integers(MIN_TIME + 1, MAX_TIME - 1))
 def test_format_ns_round_trips(ns):
     assert to_ns(format_ns(ns)) == ns
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(MIN_TIME, MAX_TIME))
+def test_format_rfc3339_round_trips_over_int64(ns):
+    text = format_rfc3339(ns)
+    assert to_ns(text) == ns
+    # a fraction only as needed, in groups of three digits
+    fraction = text[20:-1]
+    assert len(fraction) in (0, 3, 6, 9) and not fraction.endswith("000")
+
+
+def test_format_rfc3339_with_fixed_digits_and_one_precision_for_a_column():
+    assert format_rfc3339(T0) == "2026-11-22T08:00:00Z"
+    assert format_rfc3339(T0, 3) == "2026-11-22T08:00:00.000Z"
+    assert format_rfc3339(T0 + 123_456_789, 3) == "2026-11-22T08:00:00.123Z"  # truncated
+    assert fraction_digits([T0, T0 + 250 * NS_PER_MS]) == 3
+    assert fraction_digits([T0, T0 + 250 * NS_PER_US]) == 6
+    assert fraction_digits([T0 + 1, T0]) == 9 and fraction_digits([T0]) == 0
 
 
 @settings(max_examples=300, deadline=None)
