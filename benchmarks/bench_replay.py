@@ -1,5 +1,6 @@
-"""Replay throughput, end to end: JSON Lines and Parquet logs, columnar vs element path, and
-the columnar policy kernel next to a bare numpy implementation of the same policy.
+"""Replay throughput, end to end: JSON Lines and Parquet logs, columnar vs element path, output
+times as integer nanoseconds or RFC 3339 text (``time_format="iso"``), and the columnar policy
+kernel next to a bare numpy implementation of the same policy.
 
     python -m benchmarks.bench_replay            # 10 million events (several minutes)
     python -m benchmarks.bench_replay --quick    # 500 thousand events
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
 
     copy = work / "copy.jsonl"
 
-    def run(label: str, path: Path, columnar: bool) -> None:
+    def run(label: str, path: Path, columnar: bool, time_format: str = "ns") -> None:
         stats: list = []
         times: list[float] = []
         cpu: list[float] = []
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
             copy_log(jsonl, copy)
             base.append(time.perf_counter() - began)
             before, began = cpu_seconds(), time.perf_counter()
-            stats.append(replay([path], delay="5s", out=out, late=late, columnar=columnar))
+            stats.append(replay([path], delay="5s", out=out, late=late, columnar=columnar,
+                                time_format=time_format))
             times.append(time.perf_counter() - began)
             cpu.append(cpu_seconds() - before)
         del base[0], cpu[0], times[0]
@@ -163,9 +165,11 @@ def main(argv: list[str] | None = None) -> None:
               flush=True)
 
     run("JSON Lines, columnar path", jsonl, True)
+    run("JSON Lines, columnar path, ISO out", jsonl, True, "iso")
     run("Parquet, columnar path", parquet, True)
     if not args.skip_element:
         run("JSON Lines, element path", jsonl, False)
+        run("JSON Lines, element path, ISO out", jsonl, False, "iso")
         run("Parquet, element path", parquet, False)
 
     # the kernel against bare numpy, same columns, same run
