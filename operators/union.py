@@ -139,6 +139,7 @@ class UnionStats(NamedTuple):
     done: bool
     forgotten: int = 0               # inputs that left whose own stats were let go (counted
     keep_departed: int = 0           # in the totals above); the bound on those kept
+    min_credit: int = 0              # credit every input holds at least (TS §4.5)
 
     def input(self, name: str) -> InputStats:
         for stats in reversed(self.inputs):
@@ -501,12 +502,21 @@ class Union(PublisherBase):
     (the latest to leave); older ones are folded into the totals and counted in
     ``forgotten``, so a union that sees devices come and go for months holds O(active +
     keep_departed) of them, not every one it ever saw.
+
+    Credit is shared (TS §4.5): each active input's credit is at most its fair share,
+    ``min(prefetch, max_buffered // active inputs)``, topped up when it falls to half of
+    that; an input holding more than its share (given when fewer inputs shared the bound)
+    gets no more until it has used it. ``min_credit``: credit every input holds at least,
+    even when the total bound is spent (by inputs holding credit they do not use), so a new
+    input gets credit at once; the total is then at most ``max_buffered + min_credit ×
+    active inputs``. 0 (the default) keeps the total within ``max_buffered``.
     """
 
     def __init__(self, policy: Policy, *, prefetch: int = 256, max_buffered: int = 65_536,
                  late_capacity: int = 10_000, fail_on_input_error: bool = False,
                  final_cti: bool = False, executor: object = None,
-                 keep_departed: int = 1024, name: str = "union") -> None:
+                 keep_departed: int = 1024, min_credit: int = 0,
+                 name: str = "union") -> None:
         if policy is None or not callable(getattr(policy, "step", None)):
             raise TypeError(f"{name}: policy must provide initial/step/join/leave, "
                             f"got {policy!r}")
@@ -516,6 +526,8 @@ class Union(PublisherBase):
         if not isinstance(keep_departed, int) or keep_departed < 0:
             raise ValueError(f"{name}: keep_departed must be an int >= 0, got "
                              f"{keep_departed!r}")
+        if not isinstance(min_credit, int) or min_credit < 0:
+            raise ValueError(f"{name}: min_credit must be an int >= 0, got {min_credit!r}")
         self.policy = policy
         self.name = name
         self.prefetch = prefetch
@@ -523,6 +535,7 @@ class Union(PublisherBase):
         self.fail_on_input_error = fail_on_input_error
         self.final_cti = final_cti
         self.keep_departed = keep_departed
+        self.min_credit = min_credit
         self.late = LateOutput(late_capacity, name=f"{name}.late")
         self._executor = as_executor(executor) if executor is not None else INLINE
         self._lock = threading.Lock()
@@ -1169,7 +1182,8 @@ class Union(PublisherBase):
 
     # ================================================================ credit (TS §4.4)
     def _grant(self) -> None:
-        """Give inputs credit within their ``prefetch`` and the union's ``max_buffered``."""
+        """Give inputs credit: each up to its fair share of ``max_buffered`` (TS §4.5), all
+        within ``max_buffered`` (TS §4.4), every one at least ``min_credit``."""
         grants: list[tuple[Any, int]] = []
         with self._lock:
             inputs = list(self._inputs.values())
@@ -1181,26 +1195,34 @@ class Union(PublisherBase):
             if queued > self._peak:
                 self._peak = queued
             free = self.max_buffered - queued
-            self._starved = free <= 0
-            if free <= 0 or self._error is not None:
+            self._starved = False
+            if self._error is not None:
                 return
-            start = self._rotate % len(inputs)
+            live = [inp for inp in inputs if not inp.left and inp.subscription is not None]
+            if not live:
+                return
+            share = self.max_buffered // len(live) or 1  # TS §4.5: re-balanced as they come and go
+            floor = self.min_credit
+            start = self._rotate % len(live)
             self._rotate += 1
-            for inp in inputs[start:] + inputs[:start]:
-                if inp.left or inp.subscription is None:
-                    continue
+            for inp in live[start:] + live[:start]:
+                target = inp.prefetch if inp.prefetch < share else share
+                # Set before ``held`` is read: the merge compares against it unlocked, so a
+                # crossing it misses was already seen here.
+                inp.low_water = target // 2
                 held = inp.requested - inp.processed
-                want = inp.prefetch - held
-                if want <= 0 or held > inp.low_water:
-                    continue  # top up in batches
-                if want > free:
+                if held > inp.low_water:
+                    continue  # top up in batches; above its share: no more until used
+                want = target - held
+                n = want if want < free else max(free, 0)
+                if n < want:
                     self._starved = True  # the total bound held it back: retry as credit frees
-                n = want if want < free else free
-                inp.requested += n
-                free -= n
-                grants.append((inp.subscription, n))
-                if free <= 0:
-                    break
+                if held + n < floor:
+                    n = floor - held  # beyond the total bound, by at most min_credit
+                if n > 0:
+                    inp.requested += n
+                    free -= n
+                    grants.append((inp.subscription, n))
         for subscription, n in grants:
             subscription.request(n)
 
@@ -1231,7 +1253,8 @@ class Union(PublisherBase):
             emitted + sum(s.emitted for s in inputs), self._ctis,
             dropped + sum(s.dropped for s in inputs), adjusted + sum(s.adjusted for s in inputs),
             self._output_cti, sum(s.buffered for s in inputs), self._peak, self.max_buffered,
-            self.late.stats(), self._closed, self._done, forgotten, self.keep_departed)
+            self.late.stats(), self._closed, self._done, forgotten, self.keep_departed,
+            self.min_credit)
 
     def __repr__(self) -> str:
         return f"Union({self.policy!r}, inputs={len(self._inputs)})"
