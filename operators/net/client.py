@@ -45,6 +45,7 @@ from engine.violations import report_violation
 from operators.net.protocol import (
     DEFAULT_MAX_FRAME,
     MAX_BATCH,
+    MAX_DEPTH,
     VERSION,
     ConnectionLost,
     Frame,
@@ -412,7 +413,13 @@ class Publication:
             self._flush()  # a synchronous publisher emitted inside request(): send it now
 
     def _send(self, events: list[Event]) -> None:
-        data = encode_next(self.id, events)
+        try:
+            data = encode_next(self.id, events)
+        except (TypeError, ValueError) as err:  # orjson: not JSON, or nested too deep
+            self._fail_local(InputError(f"device {self.device!r}: an event of this frame "
+                                        f"cannot be sent as JSON ({err}); payloads must be "
+                                        f"JSON values nested at most {MAX_DEPTH} deep"))
+            return
         if len(data) > self.client.max_frame and len(events) > 1:
             half = len(events) // 2
             self._send(events[:half])

@@ -59,6 +59,10 @@ __all__ = [
     "event_row",
     "LENGTH",
     "length_prefix",
+    "MAX_DEPTH",
+    "MAX_SETUP_FRAME",
+    "EVENT_ENVELOPE",
+    "event_refusals",
 ]
 
 #: The protocol version this code speaks; ``setup`` names it, the server refuses others.
@@ -70,6 +74,14 @@ DEFAULT_MAX_FRAME = 1 << 20
 MAX_BATCH = 65_536
 #: Longest device name (characters).
 MAX_NAME = 256
+#: Deepest nesting of arrays and objects in an event's payload (a number, string, ``true``,
+#: ``false`` or ``null`` is 0 deep, ``[1]`` and ``{"a": 1}`` are 1 deep). A payload must be
+#: written again (to subscribers, files) by an encoder that stops at 255 levels in all; 64
+#: leaves room for the frame or record around it. Deeper payloads are refused on input.
+MAX_DEPTH = 64
+#: Largest frame the server reads before a connection's setup succeeds (a setup frame is
+#: small: the version and a token).
+MAX_SETUP_FRAME = 4096
 #: The TCP length prefix: 4 bytes, big-endian, unsigned.
 LENGTH = struct.Struct(">I")
 
@@ -78,6 +90,11 @@ FRAME_TYPES = ("setup", "ok", "publish", "subscribe", "request", "cancel", "next
 _CONNECTION_TYPES = frozenset({"setup", "ok", "keepalive"})
 _KINDS = {"point": POINT, "interval": INTERVAL, "cti": CTI}
 _MAX_STREAM = 2**31 - 1
+#: Bytes an output ``next`` frame adds around one event's row, at most: the envelope with the
+#: largest stream id, and room for the event's start to grow to 20 digits (an adjusted
+#: interval starts at the CTI). An event fits an output frame when its row, with its source,
+#: is at most ``max_frame - EVENT_ENVELOPE`` bytes.
+EVENT_ENVELOPE = len(b'{"type":"next","stream":2147483647,"events":[]}') + 20
 
 _dumps = orjson.dumps
 _loads = orjson.loads
@@ -118,11 +135,12 @@ class Frame:
     """One decoded frame. Fields not used by its ``type`` are ``None``."""
 
     __slots__ = ("type", "stream", "n", "device", "events", "code", "message", "version",
-                 "token", "info")
+                 "token", "info", "size")
 
     def __init__(self, type: str, stream: int = 0) -> None:
         self.type = type
         self.stream = stream
+        self.size = 0  # bytes of the encoded frame
         self.n: int | None = None
         self.device: str | None = None
         self.events: list | None = None
@@ -209,6 +227,7 @@ def decode_frame(data: bytes | bytearray | memoryview | str,
             raise _malformed(f"{ftype} frame on stream 0; stream 0 is the connection itself, "
                              "expected a stream id from 1")
     frame = Frame(ftype, stream)
+    frame.size = size
     if ftype == "next":
         events = obj.get("events")
         if events.__class__ is not list or not events:
@@ -286,6 +305,8 @@ def _decode_device_rows(rows: list, source: str | None) -> list[Event] | None:
         if start.__class__ is not int or start < MIN_TIME or start > MAX_TIME:
             return None
         if kind is POINT:
+            if start == MAX_TIME:  # TS §1.3: no tick of lifetime left
+                return None
             if end is None:
                 end = start + 1
             elif end.__class__ is not int or end != start + 1:
@@ -318,6 +339,10 @@ def _decode_checked(rows: list, source: str | None, stream: int,
             raise _malformed(f"event {i} on stream {stream}: start {_short(start)}; expected "
                              "an integer of nanoseconds since the epoch (int64)", stream)
         if kind is POINT:
+            if start == MAX_TIME:  # TS §1.3, as Event.point and the event-log readers
+                raise _malformed(f"event {i} on stream {stream}: a point at {start}, the "
+                                 "latest instant, leaves no room for its one-tick lifetime; "
+                                 "expected a start before 9223372036854775807", stream)
             if end is None:
                 end = start + 1
             elif end != start + 1 or end.__class__ is not int:
@@ -345,14 +370,95 @@ def _decode_checked(rows: list, source: str | None, stream: int,
     return out
 
 
+# -- limits --------------------------------------------------------------------------------
+
+#: Most bytes a source adds to an event's row: a comma, quotes, and a name of ``MAX_NAME``
+#: characters, each escaped to at most 6 bytes.
+_SOURCE_ROW = 3 + 6 * MAX_NAME
+#: Re-encoding a decoded payload lengthens it only through numbers: a float written ``1e15``
+#: (4 bytes) comes back as ``1000000000000000.0`` (18). Strings and whitespace only shrink.
+_GROWTH = 5
+
+
+def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
+                   stream: int = 0) -> list[tuple[int, str, str]]:
+    """The events of a device's ``next`` frame that the server must refuse although they are
+    well formed: ``(position, code, message)`` for each, in order; usually ``[]``.
+
+    - ``too_deep``: a payload nested more than ``MAX_DEPTH`` levels (it could not be written
+      again to subscribers and files);
+    - ``too_large``: an event whose row, with its source, can never fit in an output frame of
+      ``max_frame`` bytes (``EVENT_ENVELOPE``).
+
+    Cost: one pass over the payloads that are arrays or objects, level by level; the sizes
+    are measured only for a frame large enough that one of its events might not fit
+    (``frame_size`` more than about a fifth of ``max_frame``).
+    """
+    refused: dict[int, tuple[str, str]] = {}
+    payloads = [e.payload for e in events]
+    if _too_deep(payloads):
+        for i, payload in enumerate(payloads):
+            if _deeper(payload, MAX_DEPTH):
+                refused[i] = ("too_deep", f"event {i} on stream {stream}: payload nested more "
+                              f"than {MAX_DEPTH} levels deep; expected at most {MAX_DEPTH}")
+    room = max_frame - EVENT_ENVELOPE
+    if _GROWTH * frame_size + _SOURCE_ROW > room:
+        rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
+                for i, e in enumerate(events) if i not in refused]
+        if len(_dumps(rows)) > room:  # some may not fit alone: measure each
+            for i, e in enumerate(events):
+                if i in refused:
+                    continue
+                size = len(_dumps([e.kind, e.start, None if e.kind == POINT else e.end,
+                                   e.payload, e.source]))
+                if size > room:
+                    refused[i] = ("too_large", f"event {i} on stream {stream}: its row, with "
+                                  f"the source added, is {size} bytes and can never fit in an "
+                                  f"output frame of at most {max_frame} bytes; expected at "
+                                  f"most {room} bytes")
+    return [(i, *refused[i]) for i in sorted(refused)]
+
+
+def _too_deep(payloads: list) -> bool:
+    """Whether any of ``payloads`` nests more than ``MAX_DEPTH`` levels: the containers of
+    all of them, one level at a time."""
+    level = [p for p in payloads if p.__class__ is dict or p.__class__ is list]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return True
+        deeper = []
+        append = deeper.append
+        for container in level:
+            for v in (container.values() if container.__class__ is dict else container):
+                if v.__class__ is dict or v.__class__ is list:
+                    append(v)
+        level = deeper
+    return False
+
+
+def _deeper(value: Any, room: int) -> bool:
+    """Whether ``value`` nests more than ``room`` levels (stops looking at ``room``)."""
+    if value.__class__ is not dict and value.__class__ is not list:
+        return False
+    if room <= 0:
+        return True
+    return any(_deeper(v, room - 1)
+               for v in (value.values() if value.__class__ is dict else value))
+
+
 # -- encoding ----------------------------------------------------------------------------
 
 
 def event_row(event: Event, with_source: bool = False) -> list:
-    """An event as its wire row."""
+    """An event as its wire row. A point's end is sent as ``null``: it is ``start + 1`` by
+    definition, and would not fit in int64 for a point at the latest instant."""
+    kind = event.kind
+    end = None if kind == POINT else event.end
     if with_source:
-        return [event.kind, event.start, event.end, event.payload, event.source]
-    return [event.kind, event.start, event.end, event.payload]
+        return [kind, event.start, end, event.payload, event.source]
+    return [kind, event.start, end, event.payload]
 
 
 def encode_setup(token: str | None, version: int = VERSION) -> bytes:
@@ -380,11 +486,15 @@ def encode_cancel(stream: int) -> bytes:
 
 
 def encode_next(stream: int, events: list[Event], with_source: bool = False) -> bytes:
-    """A ``next`` frame for ``events`` (one or a batch)."""
+    """A ``next`` frame for ``events`` (one or a batch); rows as ``event_row`` makes them
+    (a point's end is ``null``). Raises ``orjson.JSONEncodeError`` for a payload nested
+    deeper than the encoder goes (see ``MAX_DEPTH``)."""
     if with_source:
-        rows = [[e.kind, e.start, e.end, e.payload, e.source] for e in events]
+        rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
+                for e in events]
     else:
-        rows = [[e.kind, e.start, e.end, e.payload] for e in events]
+        rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload]
+                for e in events]
     return _dumps({"type": "next", "stream": stream, "events": rows})
 
 

@@ -221,3 +221,60 @@ def test_the_fast_device_decoder_agrees_with_the_checked_one(rows):
     except ProtocolError as err:
         got = err.code
     assert got == expected
+
+
+# ------------------------------------------------------------------------------ limits
+def _nested(depth: int) -> object:
+    value: object = 0
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_the_documented_limits():  # docs/protocol.md, "Limits"
+    from operators.net.protocol import EVENT_ENVELOPE, MAX_DEPTH, MAX_SETUP_FRAME
+
+    assert (MAX_DEPTH, MAX_SETUP_FRAME, EVENT_ENVELOPE) == (64, 4096, 67)
+
+
+def test_payloads_nested_beyond_the_limit_are_named_one_by_one():
+    from operators.net.protocol import event_refusals
+
+    events = [Event.point(1, _nested(64), "A"), Event.point(2, _nested(65), "A"),
+              Event.point(3, {"a": [1, {"b": _nested(63)}]}, "A"), Event.point(4, "x", "A")]
+    refused = event_refusals(events, 100, 1 << 20, stream=7)
+    assert [(i, code) for i, code, _ in refused] == [(1, "too_deep"), (2, "too_deep")]
+    assert "event 1 on stream 7" in refused[0][2] and "at most 64" in refused[0][2]
+
+
+def test_an_event_that_cannot_fit_an_output_frame_is_named_and_the_others_are_not():
+    from operators.net.protocol import EVENT_ENVELOPE, event_refusals
+
+    max_frame = 4096
+    room = max_frame - EVENT_ENVELOPE
+    fits = len(orjson.dumps(["point", 2, None, "", "dev"]))
+    events = [Event.point(1, "x" * (room - fits + 1), "dev"),   # one byte too many
+              Event.point(2, "x" * (room - fits), "dev"),       # just fits
+              Event.interval(3, 9, "y" * 100, "dev")]
+    refused = event_refusals(events, max_frame, max_frame, stream=1)
+    assert [(i, code) for i, code, _ in refused] == [(0, "too_large")]
+    # a frame that is small enough cannot hold such an event, and is not measured
+    assert event_refusals(events[2:], 200, max_frame) == []
+    data = encode_next(1, [events[1]], with_source=True)
+    assert len(data) + 20 <= max_frame  # room left for a start of 20 digits
+
+
+def test_a_float_grows_when_written_again_which_the_size_check_allows_for():
+    from operators.net.protocol import _GROWTH
+
+    assert orjson.dumps(orjson.loads(b"1e15")) == b"1000000000000000.0"
+    assert len(b"1000000000000000.0") <= _GROWTH * len(b"1e15")
+
+
+def test_a_point_at_the_latest_instant_is_refused_and_points_are_sent_without_an_end():
+    with pytest.raises(ProtocolError) as info:
+        decode_events([["point", MAX_TIME, None, None]], "A", stream=2)
+    assert "latest instant" in str(info.value) and info.value.code == "malformed"
+    data = encode_next(1, [Event.point(5), Event.interval(5, 9)])
+    assert b'["point",5,null,null]' in data and b'["interval",5,9,null]' in data
+    assert decode_events(decode_frame(data).events, "A")[0].end == 6
