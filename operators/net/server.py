@@ -21,11 +21,17 @@ Everything runs on one asyncio loop; the union's merge runs on it too (``LoopExe
 ``next`` frame's events reach the union as one batch (``Emitter.try_send_many``: one lock, one
 wake of the merge) and are merged in one drain turn.
 
-Bounds (all in ``stats()``): ``max_connections``; ``max_streams`` active per connection;
-``max_frame`` bytes per frame; per-input credit (the union's ``prefetch``) and the union's
-``max_buffered``; the output fan-out's ``capacity``; each connection's outgoing queue, which
-holds control frames and ``next`` frames within the credit its subscriber gave. Memory is
-O(connections × streams + the union's bounds); a closed connection leaves only counters.
+Bounds (all in ``stats()``): ``max_connections`` set up, and ``max_pending`` in setup
+(``setup_timeout`` each, a setup frame of at most ``MAX_SETUP_FRAME`` bytes); ``max_streams``
+active per connection; ``max_frame`` bytes per frame; per-input credit (the union's
+``prefetch``, shared fairly within its ``max_buffered``, at least ``min_credit`` each); the
+output fan-out's ``capacity``; each connection's outgoing queue, ``outbox_bytes`` (and one
+frame more): a subscriber that does not read holds the fan-out, which holds the union, which
+holds the devices' credit back, until it has taken nothing for ``idle_timeout`` and is cut
+off. An event that could not be written again (nested over ``MAX_DEPTH``, or too large for
+an output frame) is refused on input, alone. Memory is O(connections × (streams +
+``outbox_bytes`` + ``max_frame``) + the union's bounds); a closed connection leaves only
+counters. docs/protocol.md, "Bounds", gives the figures.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ from operators.late import LateStats
 from operators.net.protocol import (
     DEFAULT_MAX_FRAME,
     MAX_BATCH,
+    MAX_DEPTH,
+    MAX_SETUP_FRAME,
     SUPPORTED_VERSIONS,
     VERSION,
     ConnectionLost,
@@ -68,6 +76,7 @@ from operators.net.protocol import (
     encode_next,
     encode_ok,
     encode_request,
+    event_refusals,
 )
 from operators.net.transport import (
     WS_LOGGER,
@@ -85,6 +94,9 @@ _log = logging.getLogger("goldilocks.net")
 #: Bytes a connection may read (and hand to the union) before its read loop yields the
 #: event loop; about one frame of 1024 small events.
 READ_BUDGET = 64 * 1024
+#: The TCP stream reader's limit: it stops reading from the socket while it holds more than
+#: twice this (before setup, too: a connection can pin no more than that and one read).
+READER_LIMIT = 64 * 1024
 _KIND = operator.attrgetter("kind")
 
 OPEN = "open"
@@ -116,9 +128,11 @@ class ConnectionStats(NamedTuple):
     frames_out: int
     events_in: int             # accepted into the union
     events_out: int            # sent to this connection's subscribe streams
-    refused: int               # events refused (overrun, after the stream ended)
+    refused: int               # events refused (overrun, limits, after the stream ended)
     outbox: int                # frames waiting to be written
     outbox_peak: int
+    outbox_bytes: int = 0      # bytes written and not yet taken by the socket ...
+    outbox_bytes_peak: int = 0  # ... their peak (bound: the server's outbox_bytes + max_frame)
 
 
 class ServerStats(NamedTuple):
@@ -148,6 +162,10 @@ class ServerStats(NamedTuple):
     output_peak: int
     output_capacity: int
     files: dict | None         # the rolling event-log sink's stats, if any
+    pending: int = 0           # connections in setup (not yet authenticated) ...
+    max_pending: int = 0       # ... and their bound; the oldest is let go for a new one
+    setup_evictions: int = 0   # connections in setup let go for a newer one
+    outbox_bytes: int = 0      # the bound on each connection's outgoing queue (bytes)
 
     def errors(self, code: str) -> int:
         return dict(self.protocol_errors).get(code, 0)
@@ -219,7 +237,8 @@ class _DeviceStream:
         self.conn._stream_ended(self)
 
     # ---------------------------------------------------------------- frames from the device
-    def on_next_frame(self, rows: list) -> None:
+    def on_next_frame(self, frame: Frame) -> None:
+        rows = frame.events or []
         count = len(rows)
         if self.state != OPEN:
             # In flight when the union cancelled (RS §2.8 on the wire): counted, not merged.
@@ -242,18 +261,46 @@ class _DeviceStream:
             self.conn.refused += count
             raise
         self.received += count
+        server = self.conn.server
+        refusals = event_refusals(events, frame.size, server.max_frame, stream=self.id)
+        if refusals:
+            # Well formed, but beyond a limit: those events are refused alone (the others
+            # are merged) and the stream ends with the first reason; the connection and its
+            # other streams carry on.
+            bad = {i for i, _, _ in refusals}
+            events = [e for i, e in enumerate(events) if i not in bad]
+            self.refused += len(bad)
+            self.conn.refused += len(bad)
         # One frame, one arrival batch: the union queues the whole frame under one lock and
         # wakes its merge once, where on_next per event would take both per event. The credit
         # checked above is the union's own (``granted`` is what it requested of this input),
         # so the batch fits whole; anything not taken is counted, never silently lost.
-        try:
-            sent = self.arrivals.try_send_many(events)  # type: ignore[union-attr]
-        except ClosedError:
-            sent = 0  # the input left meanwhile (RS §2.8): counted, not merged
+        sent = 0
+        if events:
+            try:
+                sent = self.arrivals.try_send_many(events)  # type: ignore[union-attr]
+            except ClosedError:
+                sent = 0  # the input left meanwhile (RS §2.8): counted, not merged
         self.conn.events_in += sent
-        if sent < count:
-            self.refused += count - sent
-            self.conn.refused += count - sent
+        if sent < len(events):
+            self.refused += len(events) - sent
+            self.conn.refused += len(events) - sent
+        if refusals:
+            _, code, message = refusals[0]
+            more = f" ({len(refusals)} events of the frame refused)" if len(refusals) > 1 else ""
+            self.refuse(code, message + more)
+
+    def refuse(self, code: str, message: str) -> None:
+        """End this stream from the server's side: ``error(stream, code)`` to the device, and
+        the input leaves the union as failed with the same reason (the connection stays)."""
+        if self.state != OPEN:
+            return
+        server = self.conn.server
+        server._errors[code] += 1
+        _log.info("refusing stream %d (%r) from %s: %s (%s)", self.id, self.device,
+                  self.conn.transport.peer, code, message)
+        self.conn.write(encode_error(self.id, code, message))
+        self._end(FAILED, ProtocolError(code, message, stream=self.id))
 
     def on_complete_frame(self) -> None:
         if self.state == OPEN:
@@ -484,12 +531,15 @@ class _OutputStream:
         if take > 0:  # RS §1.1: never more than requested
             offset = self.cursor - fanout.base
             events = list(itertools.islice(fanout.ring, offset, offset + take))
-            self.cursor += take
-            self.credit -= take
-            self.sent += take
-            self.conn.events_out += take
-            self.conn.write_events(self.id, events)
-            available -= take
+            # Only as much as the connection's outgoing queue has room for: the rest waits
+            # in the fan-out's buffer, which then fills and holds the union back, which
+            # holds the devices' credit back (backpressure end to end).
+            sent = self.conn.write_events(self.id, events)
+            self.cursor += sent
+            self.credit -= sent
+            self.sent += sent
+            self.conn.events_out += sent
+            available -= sent
         if available == 0 and (fanout.completed or fanout.error is not None):
             self.state = FAILED if fanout.error is not None else COMPLETED
             if fanout.error is None:
@@ -541,33 +591,53 @@ class _Connection:
         self.events_out = 0
         self.refused = 0
         self.closed = False
+        self.evicted = False
 
     def write(self, frame: bytes) -> None:
         if not self.closed:
             self.transport.write(frame)
 
-    def write_events(self, stream_id: int, events: list[Event]) -> None:
-        """``next`` frames for ``events``, split so that each fits in ``max_frame``."""
-        data = encode_next(stream_id, events, with_source=True)
-        if len(data) <= self.server.max_frame:
+    def write_events(self, stream_id: int, events: list[Event]) -> int:
+        """``next`` frames for a prefix of ``events``, each frame within ``max_frame``, while
+        the outgoing queue has room (``outbox_bytes``; it may go over by one frame). Returns
+        how many events were written; when not all, the fan-out is woken once the queue has
+        room again."""
+        transport = self.transport
+        limit = self.server.outbox_bytes
+        max_frame = self.server.max_frame
+        total = len(events)
+        done = 0
+        step = total
+        while done < total:
+            if transport.queued >= limit or self.closed:
+                transport.room = limit // 2 or 1
+                transport.on_room = self.server._fanout._schedule
+                break
+            end = min(total, done + step)
+            data = encode_next(stream_id, events[done:end], with_source=True)
+            while len(data) > max_frame and end - done > 1:
+                step = max(1, (end - done) // 2)
+                end = done + step
+                data = encode_next(stream_id, events[done:end], with_source=True)
+            if len(data) > max_frame:
+                # Devices' events are measured on input (too_large), so only a local
+                # publisher could get here; the subscriber is told and this stream ends.
+                stream = self.streams.get(stream_id)
+                self.write(encode_error(stream_id, "oversized",
+                                        f"an event of {len(data)} bytes does not fit in a "
+                                        f"frame of at most {max_frame} bytes"))
+                if stream is not None:
+                    stream.close()
+                break
             self.write(data)
-        elif len(events) > 1:
-            half = len(events) // 2
-            self.write_events(stream_id, events[:half])
-            self.write_events(stream_id, events[half:])
-        else:
-            stream = self.streams.get(stream_id)
-            self.write(encode_error(stream_id, "oversized",
-                                    f"an event of {len(data)} bytes does not fit in a frame "
-                                    f"of at most {self.server.max_frame} bytes"))
-            if stream is not None:
-                stream.close()
+            done = end
+        return done
 
     def stats(self) -> ConnectionStats:
         t = self.transport
         return ConnectionStats(t.peer, t.kind, self.authenticated, len(self.streams),
                                self.frames_in, t.frames_out, self.events_in, self.events_out,
-                               self.refused, t.pending, t.peak)
+                               self.refused, t.pending, t.peak, t.queued, t.queued_peak)
 
     # ---------------------------------------------------------------- the read loop
     async def run(self) -> None:
@@ -577,12 +647,15 @@ class _Connection:
         idle = server.idle_timeout
         reason: BaseException | None = None
         try:
-            async with asyncio.timeout(idle) as deadline:
+            # Before setup: one frame of at most MAX_SETUP_FRAME bytes, within setup_timeout.
+            async with asyncio.timeout(server.setup_timeout) as deadline:
                 data = await transport.recv()
                 self.frames_in += 1
-                self._setup(decode_frame(data, server.max_frame))
+                self._setup(decode_frame(data, MAX_SETUP_FRAME))
+                transport.raise_limit()
                 budget = READ_BUDGET
                 while True:
+                    # The idle timer restarts once a whole frame has been read and handled.
                     deadline.reschedule(loop.time() + idle)
                     data = await transport.recv()
                     self.frames_in += 1
@@ -596,15 +669,28 @@ class _Connection:
                         budget = READ_BUDGET
                         await asyncio.sleep(0)
         except TimeoutError:
-            reason = ProtocolError("idle_timeout", f"no frame from {transport.peer} for "
-                                   f"{idle} s; expected data or a keepalive within the idle "
-                                   "timeout")
+            if self.authenticated:
+                reason = ProtocolError("idle_timeout", f"no frame from {transport.peer} for "
+                                       f"{idle} s; expected data or a keepalive within the "
+                                       "idle timeout")
+            else:
+                reason = ProtocolError("setup_timeout", f"no setup from {transport.peer} "
+                                       f"within {server.setup_timeout} s of connecting; "
+                                       "expected a setup frame at once")
             self._refuse(reason)
         except ProtocolError as err:
             reason = err
             self._refuse(err)
         except ConnectionClosed as err:
-            reason = ConnectionLost(f"connection from {transport.peer} ended: {err}")
+            if transport.stalled:
+                server._errors["stalled"] += 1
+                reason = ConnectionLost(f"connection from {transport.peer} cut off: it took "
+                                        f"nothing the server sent for {idle} s")
+            elif self.evicted:
+                reason = ConnectionLost(f"connection from {transport.peer} let go before its "
+                                        "setup: the server had too many connections in setup")
+            else:
+                reason = ConnectionLost(f"connection from {transport.peer} ended: {err}")
             if self.streams:
                 server._disconnects += 1
         except asyncio.CancelledError:
@@ -638,12 +724,19 @@ class _Connection:
                                 f"this server speaks {sorted(SUPPORTED_VERSIONS)}")
         if not self.server._check_token(frame.token):
             raise ProtocolError("unauthorized", "setup refused: missing or wrong token")
-        self.authenticated = True
         server = self.server
+        server._pending.pop(self, None)
+        if server._authenticated >= server.max_connections:
+            server._refused_connections += 1
+            raise ProtocolError("too_many", f"the server has {server._authenticated} "
+                                f"connections; at most {server.max_connections} are allowed")
+        server._authenticated += 1
+        self.authenticated = True
+        self.transport.stall_timeout = server.idle_timeout
         self.write(encode_ok(VERSION, max_frame=server.max_frame,
                              idle_timeout=server.idle_timeout,
                              keepalive=server.idle_timeout / 3, max_batch=MAX_BATCH,
-                             max_streams=server.max_streams))
+                             max_streams=server.max_streams, max_depth=MAX_DEPTH))
         _log.info("connection from %s (%s) ready", self.transport.peer, self.transport.kind)
 
     def _dispatch(self, frame: Frame) -> None:
@@ -665,7 +758,7 @@ class _Connection:
                 raise ProtocolError("out_of_order", f"next frame from the client on "
                                     f"subscribe stream {sid}; a subscribe stream carries "
                                     "events from the server only", stream=sid)
-            stream.on_next_frame(frame.events)
+            stream.on_next_frame(frame)
         elif ftype == "request":
             if stream is None:
                 self._late(sid, ftype)
@@ -762,11 +855,13 @@ class _Connection:
             self.finished.append((stream.id, stream))
 
 
-async def _bounded(coro: Any, timeout: float) -> None:
+async def _bounded(coro: Any, timeout: float) -> bool:
+    """Await ``coro`` for at most ``timeout`` s; whether it ended in time (and did not fail)."""
     try:
         await asyncio.wait_for(coro, timeout)
     except (asyncio.TimeoutError, Exception):
-        pass
+        return False
+    return True
 
 
 # ============================================================================ the server
@@ -788,15 +883,22 @@ class Server(PublisherBase):
                  max_streams: int = 16, prefetch: int = 4096, max_buffered: int = 65_536,
                  output_capacity: int = 4096, out_dir: str | None = None,
                  part_events: int = 100_000, part_seconds: float | None = 60.0,
-                 final_cti: bool = True, name: str = "server") -> None:
+                 final_cti: bool = True, setup_timeout: float = 5.0, max_pending: int = 256,
+                 outbox_bytes: int = 256 * 1024, min_credit: int = 1,
+                 name: str = "server") -> None:
         tokens = [t for t in (tokens or ()) if t]
         if not tokens or not all(isinstance(t, str) for t in tokens):
             raise InputError(f"{name}: tokens must be a non-empty list of non-empty strings; "
                              "a server without a token would accept anyone")
-        if idle_timeout <= 0 or max_frame < 64 or max_connections < 1 or max_streams < 1:
-            raise InputError(f"{name}: idle_timeout={idle_timeout}, max_frame={max_frame}, "
-                             f"max_connections={max_connections}, max_streams={max_streams}; "
-                             "expected idle_timeout > 0, max_frame >= 64 and the maxima >= 1")
+        if idle_timeout <= 0 or setup_timeout <= 0 or max_frame < MAX_SETUP_FRAME \
+                or max_connections < 1 or max_streams < 1 or max_pending < 1 \
+                or outbox_bytes < 1 or min_credit < 0:
+            raise InputError(f"{name}: idle_timeout={idle_timeout}, "
+                             f"setup_timeout={setup_timeout}, max_frame={max_frame}, "
+                             f"max_connections={max_connections}, max_streams={max_streams}, "
+                             f"max_pending={max_pending}, outbox_bytes={outbox_bytes}, "
+                             f"min_credit={min_credit}; expected the timeouts > 0, max_frame "
+                             f">= {MAX_SETUP_FRAME}, min_credit >= 0 and the others >= 1")
         self._tokens = [t.encode("utf-8") for t in tokens]
         self.policy = policy
         self.idle_timeout = float(idle_timeout)
@@ -810,6 +912,10 @@ class Server(PublisherBase):
         self.part_events = part_events
         self.part_seconds = part_seconds
         self.final_cti = final_cti
+        self.setup_timeout = float(setup_timeout)
+        self.max_pending = max_pending
+        self.outbox_bytes = outbox_bytes
+        self.min_credit = min_credit
         self.name = name
         self.union: Union = None  # type: ignore[assignment]  # built by start()
         self._fanout: _Fanout = None  # type: ignore[assignment]  # built by start()
@@ -818,6 +924,9 @@ class Server(PublisherBase):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = -1
         self._connections: set[_Connection] = set()
+        self._pending: dict[_Connection, float] = {}  # in setup: since when, oldest first
+        self._authenticated = 0
+        self._evictions = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._listeners: list[Any] = []
         self._closing = False
@@ -841,7 +950,7 @@ class Server(PublisherBase):
         self._thread = threading.get_ident()
         self.union = Union(self.policy, prefetch=self.prefetch, max_buffered=self.max_buffered,
                            final_cti=self.final_cti, executor=LoopExecutor(loop),
-                           name=self.name)
+                           min_credit=self.min_credit, name=self.name)
         self._fanout = _Fanout(self, self.output_capacity)
         self.union.batches(self._fanout.batch).subscribe(self._fanout)
         if self.out_dir is not None:
@@ -856,14 +965,18 @@ class Server(PublisherBase):
         if ws is not None:
             from websockets.asyncio.server import serve
 
+            # Until setup succeeds a message may be at most 2 × MAX_SETUP_FRAME (the
+            # library's limit, raised per connection after setup) and the handshake must
+            # end within setup_timeout.
             listener = await serve(self._on_websocket, ws[0], ws[1],
-                                   max_size=2 * self.max_frame, compression=None,
-                                   ping_interval=None, max_queue=4, logger=WS_LOGGER)
+                                   max_size=2 * MAX_SETUP_FRAME, compression=None,
+                                   ping_interval=None, max_queue=4, logger=WS_LOGGER,
+                                   open_timeout=self.setup_timeout)
             self._listeners.append(listener)
             self.ws_address = listener.sockets[0].getsockname()[:2]
         if tcp is not None:
             listener = await asyncio.start_server(self._on_tcp, tcp[0], tcp[1],
-                                                  limit=self.max_frame + 8)
+                                                  limit=READER_LIMIT)
             self._listeners.append(listener)
             self.tcp_address = listener.sockets[0].getsockname()[:2]
         return self
@@ -885,12 +998,17 @@ class Server(PublisherBase):
             raise ClosedError(f"{self.name}: not started; call await start(...) first")
         self._soon(self._fanout.subscribe_local, subscriber)
 
-    async def close(self, timeout: float = 10.0) -> None:
+    async def close(self, timeout: float = 10.0) -> bool:
         """Stop listening, remove every device input (``cancel`` frames), close the union and
         wait (up to ``timeout`` s) until its output has ended — every subscriber told, every
-        file part published — then close the connections."""
+        file part published — then close the connections.
+
+        Returns True if the output ended in order within ``timeout``. Otherwise remote
+        subscribers still behind are cut off, the local outputs get one more second to end,
+        and False is returned. Either way it returns within ``timeout`` + 3 s.
+        """
         if self._closing:
-            return
+            return True
         self._closing = True
         for listener in self._listeners:
             if isinstance(listener, asyncio.Server):
@@ -901,18 +1019,31 @@ class Server(PublisherBase):
             for stream in list(conn.streams.values()):
                 if stream.kind == "publish" and stream.handle is not None:
                     stream.handle.remove()
+        ended = True
         if self.union is not None:
             self.union.close()
-            await _bounded(self._until(lambda: self.union.stats().done
-                                        and not self._fanout.members), timeout)
-        for conn in list(self._connections):
-            await _bounded(conn.transport.close(1001, "server closing"), 1.0)
+            ended = await _bounded(self._until(self._output_ended), timeout)
+            if not ended:
+                for conn in list(self._connections):
+                    if any(stream.kind == "subscribe" for stream in conn.streams.values()):
+                        conn.transport.abort()  # its read loop ends, its streams leave
+                await _bounded(self._until(self._output_ended), 1.0)
+        connections = list(self._connections)
+        if connections:  # together: the bound does not grow with the number of connections
+            await asyncio.gather(*(_bounded(conn.transport.close(1001, "server closing"), 1.0)
+                                   for conn in connections))
+        for conn in connections:
+            conn.transport.abort()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=timeout)
-        for listener in self._listeners:
-            await _bounded(listener.wait_closed(), 1.0)
+            await asyncio.wait(list(self._tasks), timeout=1.0)
+        await asyncio.gather(*(_bounded(listener.wait_closed(), 1.0)
+                               for listener in self._listeners))
+        return ended
+
+    def _output_ended(self) -> bool:
+        return self.union.stats().done and not self._fanout.members
 
     async def _until(self, predicate: Any) -> None:
         """Wait on the loop until ``predicate()`` holds (checked as the loop turns)."""
@@ -927,23 +1058,45 @@ class Server(PublisherBase):
 
     # ---------------------------------------------------------------- accepting
     async def _on_websocket(self, ws: Any) -> None:
-        await self._serve(WebSocketTransport(ws, self.max_frame))
+        await self._serve(WebSocketTransport(ws, self.max_frame, MAX_SETUP_FRAME))
 
     async def _on_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._serve(TcpTransport(reader, writer, self.max_frame))
+        await self._serve(TcpTransport(reader, writer, self.max_frame, MAX_SETUP_FRAME))
 
     async def _serve(self, transport: Transport) -> None:
         self._total += 1
-        if len(self._connections) >= self.max_connections or self._closing:
+        if self._authenticated >= self.max_connections or self._closing:
             self._refused_connections += 1
             self._errors["too_many"] += 1
             transport.write(encode_error(0, "too_many", f"the server has "
-                                         f"{len(self._connections)} connections; at most "
+                                         f"{self._authenticated} connections; at most "
                                          f"{self.max_connections} are allowed"))
             await _bounded(transport.close(1013, "too many connections"), 1.0)
             transport.abort()
             return
+        now = asyncio.get_running_loop().time()
+        if len(self._pending) >= self.max_pending:
+            # Connections in setup have their own slots, apart from max_connections. The
+            # oldest of them makes room for this one if it has had a tenth of the setup
+            # timeout (a device sends its setup at once), so sockets that never set up cannot
+            # keep devices out; in a burst of new connections the newest is refused instead.
+            oldest, since = next(iter(self._pending.items()))
+            if now - since < self.setup_timeout / 10:
+                self._refused_connections += 1
+                self._errors["too_many"] += 1
+                transport.write(encode_error(0, "too_many", f"{len(self._pending)} "
+                                             "connections are in setup; try again"))
+                await _bounded(transport.close(1013, "too many connections in setup"), 1.0)
+                transport.abort()
+                return
+            del self._pending[oldest]
+            self._evictions += 1
+            oldest.evicted = True
+            _log.info("letting go of %s: still in setup after %.1f s, and %d connections "
+                      "are", oldest.transport.peer, now - since, self.max_pending)
+            oldest.transport.abort()
         conn = _Connection(self, transport)
+        self._pending[conn] = now
         self._connections.add(conn)
         task = asyncio.current_task()
         if task is not None:
@@ -955,8 +1108,11 @@ class Server(PublisherBase):
                 self._tasks.discard(task)
 
     def _forget(self, conn: _Connection) -> None:
+        self._pending.pop(conn, None)
         if conn in self._connections:
             self._connections.discard(conn)
+            if conn.authenticated:
+                self._authenticated -= 1
             totals = self._closed_totals
             totals[0] += conn.events_in
             totals[1] += conn.events_out
@@ -1003,7 +1159,8 @@ class Server(PublisherBase):
             self.max_frame, self.union.stats() if self.union is not None else None,
             len(fanout.ring) if fanout else 0, fanout.peak if fanout else 0,
             self.output_capacity,
-            self.sink.stats() if self.sink is not None else None)
+            self.sink.stats() if self.sink is not None else None, len(self._pending),
+            self.max_pending, self._evictions, self.outbox_bytes)
 
     def __repr__(self) -> str:
         return f"Server({self.policy!r}, ws={self.ws_url}, tcp={self.tcp_url})"

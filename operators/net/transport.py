@@ -7,8 +7,15 @@ limit), ``write(frame)`` (queue one frame; never blocks, never raises), ``await 
 
 On WebSocket a frame is one message (sent as a text message: it is JSON); on TCP it is a
 4-byte big-endian length and the frame (``protocol.LENGTH``). Outgoing frames wait in a
-bounded queue (``pending``/``peak`` show its size): the queue is written by one writer task,
-so the order of frames is the order of ``write`` calls.
+queue written by one writer task, so the order of frames is the order of ``write`` calls.
+``queued`` is the bytes written and not yet taken by the socket (the queue and the batch
+being sent; ``queued_peak`` its peak): a writer that must bound it checks it before writing
+and sets ``on_room``, called once the writer has sent a batch and ``queued`` is below
+``room``. ``stall_timeout``: a peer that takes none of what is being sent for that long is
+cut off (``stalled``).
+
+``recv`` reads frames of at most ``limit`` bytes (``max_frame`` unless lowered, as the server
+does until a connection's setup succeeds; ``raise_limit`` restores it).
 """
 
 from __future__ import annotations
@@ -69,6 +76,13 @@ class Transport:
         self.peak = 0
         self.frames_out = 0
         self.bytes_out = 0
+        self.queued = 0           # bytes written, not yet taken by the socket
+        self.queued_peak = 0
+        self.on_room: Any = None  # called once queued < room after a batch is sent
+        self.room = 0
+        self.stall_timeout: float | None = None
+        self.stalled = False
+        self._sent = 0            # frames the current batch has handed to the socket
         self.peer = "?"
 
     @property
@@ -80,6 +94,9 @@ class Transport:
             return
         out = self._out
         out.append(frame)
+        queued = self.queued = self.queued + len(frame)
+        if queued > self.queued_peak:
+            self.queued_peak = queued
         if len(out) > self.peak:
             self.peak = len(out)
         if len(out) == 1:
@@ -103,21 +120,61 @@ class Transport:
                     continue
                 batch = list(out)
                 out.clear()
-                await self._send_all(batch)
+                size = sum(map(len, batch))
+                if self.stall_timeout is None:
+                    await self._send_all(batch)
+                else:
+                    await self._send_watched(batch)
                 self.frames_out += len(batch)
-                self.bytes_out += sum(map(len, batch))
+                self.bytes_out += size
+                self.queued -= size
+                on_room = self.on_room
+                if on_room is not None and self.queued < self.room:
+                    self.on_room = None
+                    on_room()
         except (ConnectionClosed, OSError, asyncio.CancelledError):
             pass
         except Exception:  # a library error on send: the connection is unusable
             pass
         finally:
             out.clear()
+            self.queued = 0
             self._idle.set()
+
+    async def _send_watched(self, batch: list[bytes]) -> None:
+        """``_send_all`` that gives up when the peer takes nothing for ``stall_timeout``
+        seconds: progress is a frame handed over or the socket's buffer shrinking."""
+        send = asyncio.ensure_future(self._send_all(batch))
+        try:
+            self._sent = 0
+            last = (self._sent, self._unsent())
+            while True:
+                done, _ = await asyncio.wait((send,), timeout=self.stall_timeout)
+                if done:
+                    send.result()
+                    return
+                now = (self._sent, self._unsent())
+                if now[0] == last[0] and now[1] >= last[1]:
+                    self.stalled = True
+                    self.abort()
+                    raise ConnectionClosed(f"the peer took nothing for {self.stall_timeout} s")
+                last = now
+        finally:
+            if not send.done():
+                send.cancel()
+
+    def _unsent(self) -> int:
+        """Bytes in the socket transport's own write buffer."""
+        return 0
 
     async def _send_all(self, frames: list[bytes]) -> None:
         raise NotImplementedError
 
     async def recv(self) -> bytes:
+        raise NotImplementedError
+
+    def raise_limit(self) -> None:
+        """Read frames up to ``max_frame`` from now on (after a lowered ``limit``)."""
         raise NotImplementedError
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
@@ -133,11 +190,12 @@ class TcpTransport(Transport):
     kind = "tcp"
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 max_frame: int) -> None:
+                 max_frame: int, limit: int | None = None) -> None:
         super().__init__()
         self._reader = reader
         self._writer_stream = writer
         self._max = max_frame
+        self.limit = max_frame if limit is None else limit
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -145,23 +203,32 @@ class TcpTransport(Transport):
         w = self._writer_stream
         pack = LENGTH.pack
         w.writelines([part for f in frames for part in (pack(len(f)), f)])
+        self._sent += len(frames)
         try:
             await w.drain()
         except (ConnectionError, RuntimeError) as err:
             raise ConnectionClosed(str(err)) from err
 
+    def _unsent(self) -> int:
+        transport = self._writer_stream.transport
+        return transport.get_write_buffer_size() if transport is not None else 0
+
     async def recv(self) -> bytes:
         try:
             head = await self._reader.readexactly(4)
             (size,) = LENGTH.unpack(head)
-            if size > self._max:
+            if size > self.limit:
+                what = "" if self.limit == self._max else " before setup"
                 raise ProtocolError("oversized", f"frame of {size} bytes (by its length "
-                                    f"prefix) exceeds the maximum of {self._max} bytes")
+                                    f"prefix) exceeds the maximum of {self.limit} bytes{what}")
             return await self._reader.readexactly(size)
         except asyncio.IncompleteReadError as err:
             raise ConnectionClosed("connection closed by the peer") from err
         except (ConnectionError, OSError) as err:
             raise ConnectionClosed(str(err)) from err
+
+    def raise_limit(self) -> None:
+        self.limit = self._max
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if not self._closed:
@@ -186,10 +253,11 @@ class TcpTransport(Transport):
 class WebSocketTransport(Transport):
     kind = "ws"
 
-    def __init__(self, ws: Any, max_frame: int) -> None:
+    def __init__(self, ws: Any, max_frame: int, limit: int | None = None) -> None:
         super().__init__()
         self._ws = ws
         self._max = max_frame
+        self.limit = max_frame if limit is None else limit
         peer = getattr(ws, "remote_address", None)
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
@@ -200,8 +268,13 @@ class WebSocketTransport(Transport):
         try:
             for f in frames:
                 await ws.send(f, text=True)
+                self._sent += 1
         except WsClosed as err:
             raise ConnectionClosed(str(err)) from err
+
+    def _unsent(self) -> int:
+        transport = getattr(self._ws, "transport", None)
+        return transport.get_write_buffer_size() if transport is not None else 0
 
     async def recv(self) -> bytes:
         from websockets.exceptions import ConnectionClosed as WsClosed
@@ -214,10 +287,22 @@ class WebSocketTransport(Transport):
                 raise ProtocolError("oversized", f"message exceeds the WebSocket limit "
                                     f"({err.__cause__})") from err
             raise ConnectionClosed(str(err)) from err
-        if len(data) > self._max:
+        if len(data) > self.limit:
+            what = "" if self.limit == self._max else " before setup"
             raise ProtocolError("oversized", f"frame of {len(data)} bytes exceeds the "
-                                f"maximum of {self._max} bytes")
+                                f"maximum of {self.limit} bytes{what}")
         return data
+
+    def raise_limit(self) -> None:
+        """The library's own message limit too (``2 × max_frame``, so that a frame a little
+        over ``max_frame`` is answered with ``oversized`` rather than close code 1009)."""
+        self.limit = self._max
+        protocol = getattr(self._ws, "protocol", None)
+        if protocol is not None:
+            if hasattr(protocol, "max_message_size"):  # websockets >= 15
+                protocol.max_message_size = 2 * self._max
+            else:
+                protocol.max_size = 2 * self._max
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if not self._closed:

@@ -4,11 +4,18 @@ bounded in time, waits on conditions (never a sleep to let things happen)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
-from engine.event import Event
-from operators.net.protocol import decode_frame, encode_setup
+from engine.event import POINT, Event
+from operators.net.protocol import (
+    LENGTH,
+    decode_frame,
+    encode_request,
+    encode_setup,
+    encode_subscribe,
+)
 from operators.net.server import Server
 from operators.net.transport import open_transport
 
@@ -91,6 +98,32 @@ def points(times: list[int], payload: Any = None) -> list[Event]:
     return [Event.point(t, payload) for t in times]
 
 
+class LazyPoints:
+    """``count`` points made as they are asked for, so a device holds none in advance."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __iter__(self):
+        return (Event(POINT, t, t + 1, t, None) for t in range(self.count))
+
+
+async def deaf_subscriber(address: tuple[str, int]) -> asyncio.StreamWriter:
+    """A TCP subscriber written by hand: it sets up, asks for 10^9 events and reads nothing
+    more (with a small receive buffer, so the kernel holds little for it). Returns its
+    writer: frames may still be sent on it (keepalives), and closing it ends it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, address)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    setup = encode_setup(TOKEN)
+    writer.write(LENGTH.pack(len(setup)) + setup)
+    (size,) = LENGTH.unpack(await reader.readexactly(4))
+    assert decode_frame(await reader.readexactly(size)).type == "ok"
+    for frame in (encode_subscribe(1), encode_request(1, 10**9)):
+        writer.write(LENGTH.pack(len(frame)) + frame)
+    return writer
 
 
 def input_of(server: Server, name: str) -> Any:
