@@ -24,7 +24,10 @@ granted credit from the union's demand, so a slow consumer slows them. The merge
 be subscribed to remotely and, with --out-dir, is written as rolling event-log parts
 (events-NNNNNN.jsonl, late-NNNNNN.jsonl) for Spark. Stops on SIGINT or SIGTERM: inputs are
 removed, the union is closed and the last parts are published. Prints 'listening on URL' per
-transport on stdout, and a summary on stderr at the end. Protocol: docs/protocol.md.
+transport on stdout, and a summary on stderr at the end. Exit status: 0 after a stop in
+order; 1 if the output had not ended within --shutdown-timeout (remote subscribers still
+behind were cut off; the last file part may lack events) or on a bad token file or address;
+2 on a usage error or without the 'net' extra. Protocol: docs/protocol.md.
 
 example:
   goldilocks serve --listen 127.0.0.1:8765 --tcp 127.0.0.1:8766 --token-file tokens.txt \\
@@ -51,7 +54,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--part-seconds", default="60s", metavar="DURATION",
                    help="close a part after this long (default 60s)")
     p.add_argument("--idle-timeout", default="30s", metavar="DURATION",
-                   help="close a connection silent this long (default 30s)")
+                   help="close a connection silent this long, or taking nothing sent to it "
+                        "this long (default 30s)")
+    p.add_argument("--setup-timeout", default="5s", metavar="DURATION",
+                   help="close a connection not set up (token) this long after connecting "
+                        "(default 5s)")
+    p.add_argument("--shutdown-timeout", default="10s", metavar="DURATION",
+                   help="on SIGINT/SIGTERM, wait this long for every output to end "
+                        "(default 10s; the server exits at most 3 s after it)")
     p.add_argument("--max-frame", type=int, default=1 << 20, metavar="BYTES",
                    help="largest frame accepted (default 1048576)")
     p.add_argument("--max-connections", type=int, default=1024, metavar="N")
@@ -85,8 +95,10 @@ async def _serve(args: argparse.Namespace) -> int:
 
     ws = parse_address(args.listen, "--listen")
     tcp = parse_address(args.tcp, "--tcp") if args.tcp else None
+    shutdown = _seconds(args.shutdown_timeout, "--shutdown-timeout")
     server = Server(_policy(args), tokens=load_tokens(args.token_file),
                     idle_timeout=_seconds(args.idle_timeout, "--idle-timeout"),
+                    setup_timeout=_seconds(args.setup_timeout, "--setup-timeout"),
                     max_frame=args.max_frame, max_connections=args.max_connections,
                     prefetch=args.prefetch, out_dir=args.out_dir,
                     part_events=args.part_events,
@@ -100,7 +112,7 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await server.close()
+    ended = await server.close(timeout=shutdown)
     s = server.stats()
     u = s.union
     print(f"serve: {s.connections_total} connections ({s.auth_failures} refused at setup, "
@@ -108,10 +120,22 @@ async def _serve(args: argparse.Namespace) -> int:
           f"{s.events_received} events received, {s.events_refused} refused; "
           f"{u.emitted} emitted, {u.dropped} late dropped, {u.adjusted} adjusted, "
           f"{s.output_ctis} CTIs; {len(u.inputs)} inputs", file=sys.stderr, flush=True)
+    if not ended:
+        print(f"serve: the output had not ended {args.shutdown_timeout} after the signal; "
+              "subscribers still behind were cut off and the last file part may lack "
+              "events", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        import websockets  # noqa: F401  (the 'net' extra)
+    except ImportError:
+        # one line, as for any usage error, instead of a traceback from deep inside start()
+        print("goldilocks serve: error: serving needs websockets "
+              "(pip install 'goldilocks[net]')", file=sys.stderr)
+        return 2
     return asyncio.run(_serve(args))
 
 

@@ -113,3 +113,60 @@ def test_the_three_device_example_runs(tmp_path, capsys):
     assert sum(not e.is_cti for e in merged) == union.emitted
     assert (tmp_path / "events-000000.jsonl").exists()
     assert "door-4 dropped off" in capsys.readouterr().out
+
+
+def _serve_argv(*args: str) -> list[str]:
+    code = ("import sys; from engine.cli import main, register_command; "
+            "from operators.net.cli import SERVE; register_command(SERVE); "
+            "sys.exit(main(sys.argv[1:]))")
+    return [sys.executable, "-c", code, "serve", *args]
+
+
+def test_serve_without_the_net_extra_says_what_to_install_in_one_line(tmp_path):
+    """Before: a 24-line traceback from deep inside the server's start."""
+    import subprocess
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"{TOKEN}\n")
+    hide = "import sys; sys.modules['websockets'] = None; "  # as if it were not installed
+    argv = _serve_argv("--listen", "127.0.0.1:0", "--token-file", str(tokens))
+    argv[2] = hide + argv[2]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "goldilocks serve: error: serving needs websockets (pip install 'goldilocks[net]')"]
+    assert done.stdout == ""
+
+
+def test_serve_stops_on_sigterm_within_its_bound_with_status_0(tmp_path):
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"{TOKEN}\n")
+    argv = _serve_argv("--listen", "127.0.0.1:0", "--token-file", str(tokens),
+                       "--shutdown-timeout", "2s")
+
+    async def scenario():
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            url = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode().split()[-1]
+            client = await connect(url, token=TOKEN)
+            publication = client.publish(from_iterable([Event.point(1)]), device="d")
+            assert await publication.wait(10) == "completed"
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), 20)
+            took = loop.time() - began
+            await client.close()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        return proc.returncode, stderr.decode(), took
+
+    code, stderr, took = run(scenario(), timeout=40)
+    assert code == 0, stderr
+    assert took < 2 + 3 + 2  # the bound, and the interpreter's own exit
+    assert "1 events received, 0 refused" in stderr
