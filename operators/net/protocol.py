@@ -23,6 +23,7 @@ expected. Nothing here logs, and a ``Frame``'s ``repr`` never shows the token.
 from __future__ import annotations
 
 import struct
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -390,17 +391,21 @@ def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
     - ``too_large``: an event whose row, with its source, can never fit in an output frame of
       ``max_frame`` bytes (``EVENT_ENVELOPE``).
 
-    Cost: one pass over the payloads that are arrays or objects, level by level; the sizes
-    are measured only for a frame large enough that one of its events might not fit
-    (``frame_size`` more than about a fifth of ``max_frame``).
+    Cost: nothing for a frame too small to hold either (a payload nested 65 deep takes 130
+    bytes); otherwise the payloads are written once by the encoder, inside a shell that makes
+    it stop exactly where ``MAX_DEPTH`` does (``_too_deep``), and the sizes are measured only
+    for a frame large enough that one of its events might not fit (``frame_size`` more than
+    about a fifth of ``max_frame``).
     """
     refused: dict[int, tuple[str, str]] = {}
-    payloads = [e.payload for e in events]
-    if _too_deep(payloads):
-        for i, payload in enumerate(payloads):
-            if _deeper(payload, MAX_DEPTH):
-                refused[i] = ("too_deep", f"event {i} on stream {stream}: payload nested more "
-                              f"than {MAX_DEPTH} levels deep; expected at most {MAX_DEPTH}")
+    if frame_size >= 2 * (MAX_DEPTH + 1):
+        payloads = list(map(_PAYLOAD, events))
+        if _too_deep(payloads):
+            for i, payload in enumerate(payloads):
+                if _deeper(payload, MAX_DEPTH):
+                    refused[i] = ("too_deep", f"event {i} on stream {stream}: payload nested "
+                                  f"more than {MAX_DEPTH} levels deep; expected at most "
+                                  f"{MAX_DEPTH}")
     room = max_frame - EVENT_ENVELOPE
     if _GROWTH * frame_size + _SOURCE_ROW > room:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
@@ -419,9 +424,54 @@ def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
     return [(i, *refused[i]) for i in sorted(refused)]
 
 
+def _encoder_limit() -> int | None:
+    """The nesting at which ``orjson.dumps`` gives up (255 levels in orjson 3), found once by
+    trying: a shell of lists around the payloads then makes it give up at ``MAX_DEPTH``."""
+    def fails(depth: int) -> bool:
+        value: Any = 0
+        for _ in range(depth):
+            value = [value]
+        try:
+            _dumps(value)
+        except orjson.JSONEncodeError:
+            return True
+        return False
+
+    if not fails(4096):
+        return None
+    low, high = MAX_DEPTH + 2, 4096  # fails(high); and the encoder goes deeper than ours
+    while low < high:
+        middle = (low + high) // 2
+        if fails(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
+_ENCODER_LIMIT = _encoder_limit()
+_PAYLOAD = attrgetter("payload")
+
+
 def _too_deep(payloads: list) -> bool:
-    """Whether any of ``payloads`` nests more than ``MAX_DEPTH`` levels: the containers of
-    all of them, one level at a time."""
+    """Whether any of ``payloads`` nests more than ``MAX_DEPTH`` levels. The list of them,
+    wrapped in enough lists that the encoder gives up just beyond ``MAX_DEPTH``, is encoded
+    once (C speed, 3 to 6 times faster than looking in Python): if it goes through, none
+    does. Otherwise (or without such an encoder) their containers are looked into level by
+    level."""
+    kinds = set(map(type, payloads))
+    if dict not in kinds and list not in kinds:
+        return False
+    if _ENCODER_LIMIT is not None:
+        shell: Any = payloads  # 1 level, and each payload's own below it
+        for _ in range(_ENCODER_LIMIT - MAX_DEPTH - 2):
+            shell = [shell]
+        try:
+            _dumps(shell)
+        except orjson.JSONEncodeError:
+            pass  # too deep, or something else it refuses (an int beyond 64 bits): look
+        else:
+            return False
     level = [p for p in payloads if p.__class__ is dict or p.__class__ is list]
     depth = 0
     while level:

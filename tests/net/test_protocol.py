@@ -242,7 +242,7 @@ def test_payloads_nested_beyond_the_limit_are_named_one_by_one():
 
     events = [Event.point(1, _nested(64), "A"), Event.point(2, _nested(65), "A"),
               Event.point(3, {"a": [1, {"b": _nested(63)}]}, "A"), Event.point(4, "x", "A")]
-    refused = event_refusals(events, 100, 1 << 20, stream=7)
+    refused = event_refusals(events, 10_000, 1 << 20, stream=7)
     assert [(i, code) for i, code, _ in refused] == [(1, "too_deep"), (2, "too_deep")]
     assert "event 1 on stream 7" in refused[0][2] and "at most 64" in refused[0][2]
 
@@ -278,3 +278,31 @@ def test_a_point_at_the_latest_instant_is_refused_and_points_are_sent_without_an
     data = encode_next(1, [Event.point(5), Event.interval(5, 9)])
     assert b'["point",5,null,null]' in data and b'["interval",5,9,null]' in data
     assert decode_events(decode_frame(data).events, "A")[0].end == 6
+
+
+_shallow = st.none() | st.integers() | st.text(max_size=3)
+
+
+@st.composite
+def _nesting(draw):
+    """A payload whose deepest branch is about MAX_DEPTH levels (either side of it), with
+    arrays and objects mixed, and shallow siblings on the way."""
+    depth = draw(st.integers(min_value=0, max_value=70))
+    value = draw(_shallow)
+    for _ in range(depth):
+        siblings = draw(st.lists(_shallow, max_size=2))
+        if draw(st.booleans()):
+            value = [*siblings, value] if draw(st.booleans()) else [value, *siblings]
+        else:
+            value = {**{f"s{i}": s for i, s in enumerate(siblings)}, "deep": value}
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_nesting(), min_size=1, max_size=4))
+def test_the_encoder_shell_finds_exactly_the_payloads_nested_too_deep(payloads):
+    """The frame-level check (the encoder, stopping where MAX_DEPTH does) agrees with looking
+    into each payload, at the boundary and around it."""
+    from operators.net.protocol import MAX_DEPTH, _deeper, _too_deep
+
+    assert _too_deep(payloads) == any(_deeper(p, MAX_DEPTH) for p in payloads)
