@@ -11,7 +11,9 @@ element, the source, on the merged output. A ``next`` frame carries one event or
 
 ``decode_frame`` and ``decode_events`` raise nothing but ``ProtocolError`` (fuzzed), whose
 ``code`` says what kind of fault it was and whose message names what was wrong and what was
-expected. Nothing here logs, and a ``Frame``'s ``repr`` never shows the token.
+expected. ``event_refusals`` names the well-formed events that are beyond the limits an event
+must meet to be written again (a payload nested over ``MAX_DEPTH``; a row too large for an
+output frame). Nothing here logs, and a ``Frame``'s ``repr`` never shows the token.
 
 >>> frame = decode_frame(encode_request(3, 64))
 >>> frame.type, frame.stream, frame.n
