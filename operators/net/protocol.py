@@ -381,6 +381,9 @@ _SOURCE_ROW = 3 + 6 * MAX_NAME
 #: Re-encoding a decoded payload lengthens it only through numbers: a float written ``1e15``
 #: (4 bytes) comes back as ``1000000000000000.0`` (18). Strings and whitespace only shrink.
 _GROWTH = 5
+#: Bytes a payload nested ``MAX_DEPTH + 1`` levels takes at least: a frame smaller than this
+#: cannot hold one.
+_DEEP_BYTES = 2 * (MAX_DEPTH + 1)
 
 
 def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
@@ -399,8 +402,12 @@ def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
     for a frame large enough that one of its events might not fit (``frame_size`` more than
     about a fifth of ``max_frame``).
     """
+    room = max_frame - EVENT_ENVELOPE
+    large = _GROWTH * frame_size + _SOURCE_ROW > room
+    if frame_size < _DEEP_BYTES and not large:
+        return []  # the usual case for small frames: nothing to look at
     refused: dict[int, tuple[str, str]] = {}
-    if frame_size >= 2 * (MAX_DEPTH + 1):
+    if frame_size >= _DEEP_BYTES:
         payloads = list(map(_PAYLOAD, events))
         if _too_deep(payloads):
             for i, payload in enumerate(payloads):
@@ -408,8 +415,7 @@ def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
                     refused[i] = ("too_deep", f"event {i} on stream {stream}: payload nested "
                                   f"more than {MAX_DEPTH} levels deep; expected at most "
                                   f"{MAX_DEPTH}")
-    room = max_frame - EVENT_ENVELOPE
-    if _GROWTH * frame_size + _SOURCE_ROW > room:
+    if large:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
                 for i, e in enumerate(events) if i not in refused]
         if len(_dumps(rows)) > room:  # some may not fit alone: measure each
@@ -423,6 +429,8 @@ def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
                                   f"the source added, is {size} bytes and can never fit in an "
                                   f"output frame of at most {max_frame} bytes; expected at "
                                   f"most {room} bytes")
+    if not refused:
+        return []
     return [(i, *refused[i]) for i in sorted(refused)]
 
 
