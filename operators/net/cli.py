@@ -12,7 +12,7 @@ import signal
 import sys
 
 from engine.cli import Command
-from engine.errors import InputError
+from engine.errors import InputError, UsageError
 from engine.times import NS_PER_S, to_duration_ns
 
 __all__ = ["SERVE"]
@@ -26,8 +26,9 @@ be subscribed to remotely and, with --out-dir, is written as rolling event-log p
 removed, the union is closed and the last parts are published. Prints 'listening on URL' per
 transport on stdout, and a summary on stderr at the end. Exit status: 0 after a stop in
 order; 1 if the output had not ended within --shutdown-timeout (remote subscribers still
-behind were cut off; the last file part may lack events) or on a bad token file or address;
-2 on a usage error or without the 'net' extra. Protocol: docs/protocol.md.
+behind were cut off; the last file part may lack events) or on a token file it cannot use;
+2 on a usage error (a bad address, duration, delay or policy) or without the 'net' extra.
+Protocol: docs/protocol.md.
 
 example:
   goldilocks serve --listen 127.0.0.1:8765 --tcp 127.0.0.1:8766 --token-file tokens.txt \\
@@ -70,9 +71,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 
 def _seconds(text: str, what: str) -> float:
-    ns = to_duration_ns(text)
+    try:
+        ns = to_duration_ns(text)
+    except ValueError as err:
+        raise UsageError(what, f"{text!r}: {err}") from None
     if ns <= 0:
-        raise InputError(f"{what} {text!r}; expected a positive duration such as 30s")
+        raise UsageError(what, f"{text!r}; expected a positive duration such as 30s")
     return ns / NS_PER_S
 
 
@@ -84,17 +88,23 @@ def _policy(args: argparse.Namespace):
     try:
         return resolve_policy(args.policy, delay=delay, on_late=args.on_late)
     except ValueError as err:
-        if isinstance(err, InputError):
-            raise
-        raise InputError(str(err)) from err
+        raise UsageError("delay" if args.delay is not None else "policy", str(err)) from None
+
+
+def _address(text: str, what: str) -> tuple[str, int]:
+    from operators.net.transport import parse_address
+
+    try:
+        return parse_address(text, what)
+    except InputError as err:
+        raise UsageError(what, str(err)) from None
 
 
 async def _serve(args: argparse.Namespace) -> int:
     from operators.net.server import Server, load_tokens
-    from operators.net.transport import parse_address
 
-    ws = parse_address(args.listen, "--listen")
-    tcp = parse_address(args.tcp, "--tcp") if args.tcp else None
+    ws = _address(args.listen, "--listen")
+    tcp = _address(args.tcp, "--tcp") if args.tcp else None
     shutdown = _seconds(args.shutdown_timeout, "--shutdown-timeout")
     server = Server(_policy(args), tokens=load_tokens(args.token_file),
                     idle_timeout=_seconds(args.idle_timeout, "--idle-timeout"),
@@ -132,9 +142,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         import websockets  # noqa: F401  (the 'net' extra)
     except ImportError:
-        # one line, as for any usage error, instead of a traceback from deep inside start()
-        print("goldilocks serve: error: serving needs websockets "
-              "(pip install 'goldilocks[net]')", file=sys.stderr)
+        # one line and status 2, as --plot without matplotlib, instead of a traceback from
+        # deep inside start(); no argument is at fault, so not a UsageError
+        print("goldilocks serve: error: needs websockets, which is not installed: "
+              "pip install 'goldilocks[net]'", file=sys.stderr)
         return 2
     return asyncio.run(_serve(args))
 

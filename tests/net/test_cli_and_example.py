@@ -135,7 +135,8 @@ def test_serve_without_the_net_extra_says_what_to_install_in_one_line(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
-        "goldilocks serve: error: serving needs websockets (pip install 'goldilocks[net]')"]
+        "goldilocks serve: error: needs websockets, which is not installed: "
+        "pip install 'goldilocks[net]'"]
     assert done.stdout == ""
 
 
@@ -170,3 +171,21 @@ def test_serve_stops_on_sigterm_within_its_bound_with_status_0(tmp_path):
     assert code == 0, stderr
     assert took < 2 + 3 + 2  # the bound, and the interpreter's own exit
     assert "1 events received, 0 refused" in stderr
+
+
+def test_serve_usage_errors_exit_2_naming_the_argument(tmp_path, capsys):
+    from engine.cli import main
+
+    register_command(SERVE)
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"{TOKEN}\n")
+    base = ["serve", "--listen", "127.0.0.1:0", "--token-file", str(tokens)]
+    for extra, words in ((["--idle-timeout", "abc"], "argument --idle-timeout: 'abc'"),
+                         (["--setup-timeout", "0s"], "argument --setup-timeout: '0s'"),
+                         (["--tcp", "nowhere"], "argument --tcp:"),
+                         (["--policy", "nope"], "argument --policy:")):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.splitlines()) == 1, err
+    assert main(["serve", "--listen", "127.0.0.1:0", "--token-file",
+                 str(tmp_path / "missing.txt")]) == 1  # an input it cannot read
