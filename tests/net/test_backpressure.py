@@ -6,6 +6,7 @@ devices, and every connected device gets credit."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import psutil
 import pytest
@@ -244,6 +245,11 @@ def test_shutdown_is_bounded_even_with_a_subscriber_that_reads_nothing(tmp_path)
                                     final_cti=False)
         deaf = await deaf_subscriber(server.tcp_address)
         await until(lambda: any(c.streams for c in server.stats().connections))
+        # The kernel's buffers on the server's side of it fixed small as well (the kernel
+        # would otherwise grow them, and keep taking a little): once full, nothing moves.
+        for conn in server._connections:
+            conn.transport._writer_stream.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
         device = await connect(server.ws_url, token=TOKEN)
         device.publish(from_iterable(LazyPoints(10**6)), device="dev")
         # stuck: the kernel takes no more for the deaf subscriber (the socket transport has
