@@ -64,7 +64,7 @@ def _load() -> str:
 # ------------------------------------------------------------------------------ device side
 def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pipe) -> None:
     from engine.sources import from_iterable
-    from operators.net.client import connect
+    from goldilocks.net.client import connect
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -96,7 +96,7 @@ async def _measure(transport: str, devices: int, events: int, batch: int, reps: 
     """Events per second of each repetition after the warm-up, and the server's CPU time
     per event (ns) in each."""
     from operators import max_policy
-    from operators.net.server import Server
+    from goldilocks.net.server import Server
 
     server = await Server(max_policy(), tokens=[TOKEN], final_cti=False,
                           idle_timeout=60).start(ws=("127.0.0.1", 0), tcp=("127.0.0.1", 0))
@@ -145,7 +145,7 @@ def _codec(n: int = 1000, reps: int = 200) -> list[tuple[str, float, float]]:
     """ns per event to decode one frame of ``n`` events: JSON rows (what we send, with the
     checks the server makes) against a columnar binary layout (two int64 arrays and the
     payloads as one JSON array), which checks nothing."""
-    from operators.net.protocol import decode_events, decode_frame, encode_next
+    from goldilocks.net.protocol import decode_events, decode_frame, encode_next
 
     events = [Event(POINT, 1_700_000_000_000_000_000 + i, 1_700_000_000_000_000_001 + i,
                     {"v": i * 0.5}, None) for i in range(n)]

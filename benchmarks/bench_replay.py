@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.policy import resolve_policy
-from engine.replay import replay
+from operators.policies import resolve_policy
+from goldilocks.replay import replay
 from engine.times import MIN_TIME
 
 __all__ = ["make_log", "main"]

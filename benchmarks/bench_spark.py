@@ -8,7 +8,7 @@ One process, one local[2] session, the same log for every contender: a Parquet f
 ``--rows`` events (100 devices, 1 ms apart, clocks jittered by up to 5 s, a CTI every 10th
 row, delay 2 s), so a few per cent arrive late. Spark reads it once into a cached frame;
 each timed Spark run is ``replay`` plus writing both outputs to the ``noop`` sink (so every
-row is computed). The engine's run is ``engine.replay`` of the same file (columnar path:
+row is computed). The engine's run is ``goldilocks.replay`` of the same file (columnar path:
 Parquet read included), and its numpy kernel alone over in-memory columns. Every contender's
 emitted and late counts are checked against the kernel's before any number is printed.
 
@@ -87,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from engine.eventlog import EventLogWriter
+    from eventlog import EventLogWriter
     from engine.event import Event
     from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED
-    from engine.replay import replay as engine_replay
+    from goldilocks.replay import replay as engine_replay
     from operators.columnar import goldilocks_columns
     from spark_adapter import register, replay, watermark_stage
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         ("engine kernel (numpy, in memory)",
          lambda: goldilocks_columns(log["is_cti"], log["start"], end, delay, "drop"), args.reps,
          None),
-        ("engine.replay (columnar, Parquet)",
+        ("goldilocks.replay (columnar, Parquet)",
          lambda: engine_replay([path], delay=delay, out=None), args.reps, None),
         ("spark bucketed two-pass", spark_run("bucketed"), args.spark_reps,
          lambda: spark_counts("bucketed")),
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             got = check()
             assert got == want, (name, got, want)
         times, result = timed(fn, reps)
-        if name.startswith("engine.replay"):
+        if name.startswith("goldilocks.replay"):
             got = (result.emitted + result.ctis_emitted, result.late)  # type: ignore[attr-defined]
             assert got == want, (name, got, want)
         results[name] = (times, reps)

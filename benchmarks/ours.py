@@ -11,7 +11,7 @@
 - ``union_asyncio``: the same union fed by four asyncio tasks (``await send``).
 - ``cti_sync``: ``pipe(from_iterable(merged), cti_sync(delay))`` — one stream, no union.
 - ``columnar``: the policy's numpy kernel (``policy.run_columns``) over the workload columns.
-- ``replay_jsonl`` / ``replay_parquet``: ``engine.replay.replay`` end to end, file to file.
+- ``replay_jsonl`` / ``replay_parquet``: ``goldilocks.replay.replay`` end to end, file to file.
 - ``slow_subscriber_memory``: a producer as fast as it can go into a slow subscriber through
   the union; reports the peak RSS growth (backpressure must bound it).
 """
@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.event import CTI
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED
-from engine.replay import replay
+from goldilocks.replay import replay
 from engine.sources import from_iterable
 from engine.stage import pipe
 from operators.policies import goldilocks

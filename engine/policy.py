@@ -1,4 +1,4 @@
-"""The time-policy protocol, and how the engine finds policies without importing them.
+"""The time-policy protocol: what every policy provides, and the batch form of its step.
 
 A policy is a pure scan step over a small frozen state (DESIGN §1)::
 
@@ -11,13 +11,11 @@ an adjusted copy, or a new CTI) or ``LateRecord`` (to the late side output). The
 object is run element by element (the union, ``cti_sync``, replay), over columns (the columnar
 path) and inside Spark; all three must agree.
 
-``engine`` cannot import ``operators`` (layering), so policies are found by name through the
-``goldilocks.policies`` entry-point group that the package declares: ``resolve_policy("min")``.
+The policies themselves, and finding one by name, are in ``operators.policies``.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from engine.event import CTI, Event, LateRecord
@@ -25,9 +23,7 @@ from engine.event import CTI, Event, LateRecord
 __all__ = [
     "Policy",
     "Outputs",
-    "resolve_policy",
     "step_many",
-    "policy_names",
     "EMIT",
     "EMIT_ADJUSTED",
     "DROP_LATE",
@@ -42,10 +38,8 @@ DROP_LATE = 2      # a late insert dropped (TS §3.1)
 CTI_EMIT = 3       # a CTI that advanced time: emitted at its delayed value (TS §2.1, §2.2)
 CTI_SUPPRESS = 4   # a CTI that did not advance time: not emitted
 
-Outputs = tuple  # tuple[Event | LateRecord, ...]
-
-_GROUP = "goldilocks.policies"
-
+#: what a step returns: events to emit and late records, in order
+Outputs = tuple[Event | LateRecord, ...]
 
 @runtime_checkable
 class Policy(Protocol):
@@ -103,22 +97,3 @@ def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list,
                 late.append((out.input, out.event, out.cti, out.action, out.adjusted))
     return state, emitted, late, ctis
 
-
-def policy_names() -> list[str]:
-    """Names of the installed policies (``goldilocks``, ``min``, ``max``, …)."""
-    return sorted(ep.name for ep in entry_points(group=_GROUP))
-
-
-def resolve_policy(name: str, **options: Any) -> Policy:
-    """Build the policy registered under ``name`` with ``options`` (``delay``, ``on_late``)."""
-    found = [ep for ep in entry_points(group=_GROUP) if ep.name == name]
-    if not found:
-        raise ValueError(
-            f"unknown policy {name!r}; expected one of {', '.join(policy_names()) or '(none installed)'}"
-        )
-    factory = found[0].load()
-    return factory(**options)
-
-
-# re-exported for type checkers of implementers
-_ = LateRecord

@@ -23,7 +23,7 @@ import os
 import random
 from pathlib import Path
 
-from engine.eventlog import write_log
+from eventlog import write_log
 from engine.times import NS_PER_S, format_ns, to_ns
 
 __all__ = ["make_records", "main"]

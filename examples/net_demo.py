@@ -25,7 +25,7 @@ from engine.event import Event  # noqa: E402
 from engine.sinks import iterate  # noqa: E402
 from engine.times import MAX_TIME, NS_PER_S, format_ns  # noqa: E402
 from operators import goldilocks  # noqa: E402
-from operators.net import Server, connect  # noqa: E402
+from goldilocks.net import Server, connect  # noqa: E402
 
 __all__ = ["main"]
 

@@ -4,7 +4,7 @@
 
 Reads ``examples/data/devices/*.jsonl`` (one file per device, merged by their ``arrival``
 times), replays them under Goldilocks with a 2-minute delay, prints the emitted CTIs and the
-late events per site, and checks the single-clock result against ``engine.replay``.
+late events per site, and checks the single-clock result against ``goldilocks.replay``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def main(spark=None) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from engine.replay import replay as engine_replay
+    from goldilocks.replay import replay as engine_replay
     from engine.times import format_ns
     from spark_adapter import read_event_log, replay
 
@@ -46,7 +46,7 @@ def main(spark=None) -> dict:
         assert (n_events - stats.ctis_emitted, n_late) == (stats.emitted, stats.late), \
             (n_events, n_late, stats)
         print(f"fleet clock: {n_events} rows out ({stats.ctis_emitted} CTIs), {n_late} late; "
-              f"final CTI {format_ns(stats.final_cti)} — same as engine.replay")
+              f"final CTI {format_ns(stats.final_cti)} — same as goldilocks.replay")
 
         # One clock per site, computed in parallel: doors and thermometers keep their own time.
         sited = log.withColumn("site", F.when(F.col("source").startswith("door"), "doors")

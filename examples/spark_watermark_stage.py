@@ -38,7 +38,7 @@ def main(spark=None, workdir=None) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from engine.eventlog import RollingFileSink
+    from eventlog import RollingFileSink
     from engine.sources import from_iterable
     from spark_adapter import cti_to_watermark_ms, register, split_late, watermark_stage
 

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from importlib.metadata import entry_points
+from typing import Any, Callable
 
 import numpy as np
 
 from engine.errors import InputError
 from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
+from engine.policy import Policy
 from engine.times import MIN_TIME, to_duration_ns
 from operators.columnar import goldilocks_columns
 
@@ -51,6 +53,10 @@ __all__ = [
     "HighState",
     "MinState",
     "ON_LATE",
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "policy_names",
+    "resolve_policy",
 ]
 
 #: The accepted values of ``on_late``: drop late inserts (TS §3.1) or clip them (TS §3.2).
@@ -334,3 +340,48 @@ def min_policy(on_late: str = "drop", *, delay: object = 0) -> MinPolicy:
             f"min policy: delay={delay!r}; expected 0 (the min policy has no delay)"
         )
     return MinPolicy(_check_on_late("min policy", on_late))
+
+
+# -- policies by name ------------------------------------------------------------------
+
+#: the built-in policies by the name the command line and Spark use
+BUILTIN: dict[str, Callable[..., Policy]] = {
+    "goldilocks": goldilocks,
+    "min": min_policy,
+    "max": max_policy,
+}
+
+#: the entry-point group through which other packages add policies (never the built-ins)
+ENTRY_POINT_GROUP = "goldilocks.policies"
+
+
+def _installed() -> dict[str, Any]:
+    """Policies that other packages declare in ``ENTRY_POINT_GROUP`` (loaded on use)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)
+            if ep.name not in BUILTIN}
+
+
+def policy_names() -> list[str]:
+    """The built-in policies' names, then those of installed third-party policies.
+
+    >>> policy_names()[:3]
+    ['goldilocks', 'max', 'min']
+    """
+    return sorted(BUILTIN) + sorted(_installed())
+
+
+def resolve_policy(name: str, **options: Any) -> Policy:
+    """Build the policy named ``name`` with ``options`` (``delay``, ``on_late``): a built-in
+    one, or one a third-party package declares in the ``goldilocks.policies`` group.
+
+    >>> resolve_policy("goldilocks", delay="5m").delay
+    300000000000
+    """
+    factory = BUILTIN.get(name)
+    if factory is None:
+        found = _installed().get(name)
+        if found is None:
+            raise ValueError(f"unknown policy {name!r}; expected one of "
+                             f"{', '.join(policy_names())}")
+        factory = found.load()
+    return factory(**options)

@@ -33,7 +33,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from engine.errors import InputError
-from engine.policy import Policy, resolve_policy
+from engine.policy import Policy
+from operators.policies import resolve_policy
 from engine.times import MAX_TIME, MIN_TIME, to_duration_ns
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
 
@@ -59,7 +60,7 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
     Runs on the driver. Raises ``NotImplementedError`` for a policy whose state is not a
     running maximum (``min``): it has no prefix-scan form.
     """
-    if isinstance(policy, str):  # the engine's defaults (engine.replay): goldilocks 5m, else 0
+    if isinstance(policy, str):  # the engine's defaults (goldilocks.replay): goldilocks 5m, else 0
         if delay is None:
             delay = "5m" if policy == "goldilocks" else 0
         built = resolve_policy(policy, delay=delay, on_late=on_late)
@@ -75,7 +76,7 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
             "replay: the 'min' policy has no Spark batch form. Its CTI is the minimum over the "
             "latest CTIs of the inputs live at each row (inputs join and leave), so a row's "
             "CTI depends on every input's history, not on a running maximum: there is no "
-            "associative prefix scan to split over buckets. Replay it with engine.replay, or "
+            "associative prefix scan to split over buckets. Replay it with goldilocks.replay, or "
             "stream it through spark_adapter.watermark_stage, which runs the policy's own step."
         )
     if built.name not in ("goldilocks", "max"):

@@ -5,14 +5,14 @@ Where the code runs. No method here runs in the user's driver process: Spark pic
 machine, which plans (``partitions``, ``latestOffset``, ``initialOffset``), and to Python
 workers on the executors, which ``read``. So every class here is a small picklable value,
 the readers keep no state between calls that matters for correctness, and the planning side
-relists the directory on every call. Parsing is the engine's own (``engine.eventlog``): the
+relists the directory on every call. Parsing is the engine's own (``eventlog``): the
 same validation, the same ``BadRecordError`` text naming file and line (TS §5.3).
 
 Batch (``read_event_log``, or ``spark.read.format("goldilocks")``): one task per file; rows
 carry the engine's merge key ``(order_key, file_index, line)``.
 
 Streaming (``spark.readStream.format("goldilocks").load(directory)``): a directory of parts
-``<prefix>-<n>.jsonl`` as ``engine.eventlog.RollingFileSink`` publishes them (atomically, so a
+``<prefix>-<n>.jsonl`` as ``eventlog.RollingFileSink`` publishes them (atomically, so a
 part is either absent or complete; hidden ``.…tmp`` files are ignored). The parts are
 consecutive pieces of one stream, so the source orders rows by part, then line:
 ``file_index`` is the part number ``n`` and ``order_key = n * 2**32 + line``. The offset is
@@ -149,7 +149,7 @@ def _arrow_schema():
 
 def _bad_records(options: dict, path: str, index: int):
     """The engine's ``BadRecords`` for one task; quarantine goes to a file per input file."""
-    from engine.eventlog import BadRecords
+    from eventlog import BadRecords
 
     mode = options.get("bad_records", "fail")
     if mode != "quarantine":
@@ -170,7 +170,7 @@ def file_mode(path: str) -> str | None:
     Parses the file's first chunk with the engine's reader (bad records skipped: the real read
     reports them).
     """
-    from engine.eventlog import BadRecords, SourceTable, merge_columns
+    from eventlog import BadRecords, SourceTable, merge_columns
 
     states: list = []
     chunks = merge_columns([path], table=SourceTable(), bad=BadRecords("skip"), modes=states)
@@ -191,7 +191,7 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict) ->
     import orjson
     import pyarrow as pa
 
-    from engine.eventlog import JOIN, KIND_NAMES, SourceTable, merge_columns
+    from eventlog import JOIN, KIND_NAMES, SourceTable, merge_columns
 
     schema = _arrow_schema()
     table = SourceTable()
@@ -374,7 +374,7 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
     ``quarantine``, a directory, one ``<file index>-<name>.bad.jsonl`` per file, in the
     engine's quarantine format).
     """
-    from engine.eventlog import BAD_RECORD_MODES
+    from eventlog import BAD_RECORD_MODES
 
     if bad_records not in BAD_RECORD_MODES:
         raise InputError(f"read_event_log: bad_records={bad_records!r}; expected one of "

@@ -44,7 +44,8 @@ from pyspark.sql.types import (BooleanType, ByteType, IntegerType, LongType, Sho
                                StructField, StructType)
 
 from engine.errors import InputError
-from engine.policy import Policy, resolve_policy
+from engine.policy import Policy
+from operators.policies import resolve_policy
 from spark_adapter.schema import KIND_CTI, ORDER_COLUMNS, WATERMARK_THRESHOLD
 from spark_adapter.session import use_driver_python
 
@@ -225,7 +226,7 @@ def watermark_stage(stream_df: DataFrame, *, delay: object = None,
         raise InputError("watermark_stage: expected a streaming DataFrame (spark.readStream…); "
                          "for a recorded log use spark_adapter.replay")
     use_driver_python(stream_df.sparkSession)  # before per_group is shipped with its Python
-    if isinstance(policy, str):  # the engine's defaults (engine.replay)
+    if isinstance(policy, str):  # the engine's defaults (goldilocks.replay)
         if delay is None:
             delay = "5m" if policy == "goldilocks" else 0
         built = resolve_policy(policy, delay=delay, on_late=on_late)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -33,51 +38,187 @@ def test_ci_runs_the_readme_test_command_word_for_word():
     assert test_command in command_lines, (test_command, command_lines)
 
 
-def _imports(package: str) -> list[tuple[Path, int, str]]:
-    found = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                found.append((path.relative_to(ROOT), node.lineno, name.split(".")[0]))
+#: DESIGN §2: each package's floor; an import may point to its own package or to a lower floor
+FLOORS = {"engine": 0, "operators": 1, "eventlog": 1, "goldilocks": 2, "spark_adapter": 2}
+#: the only run-time look-ups allowed: entry points for third-party policies and commands,
+#: and spark_adapter's lazy import of its own modules (PEP 562, so pyspark loads on use)
+RUN_TIME_LOOKUPS = {
+    ("operators.policies", "entry_points"),
+    ("goldilocks.commands", "entry_points"),
+    ("spark_adapter", "import_module"),
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in FLOORS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
     return found
 
 
-@pytest.mark.parametrize("package, forbidden", [
-    ("engine", {"operators", "spark_adapter", "pyspark", "benchmarks"}),
-    ("operators", {"spark_adapter", "pyspark", "benchmarks"}),
-])
-def test_layering(package, forbidden):
-    """DESIGN §2: engine imports neither operators nor pyspark; only spark_adapter imports
-    pyspark — at any depth, lazily or not."""
-    bad = [f"{path}:{line}: imports {name}" for path, line, name in _imports(package)
-           if name in forbidden]
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports_of(module: str, path: Path) -> list[tuple[int, str]]:
+    """Every import in the module, at any depth (lazy ones included), as absolute names;
+    ``from a import b`` counts as ``a`` and as ``a.b`` (``b`` may be a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for _, name in _imports_of(module, path):
+            target = _resolve(name, modules)
+            if target is not None and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def test_every_import_points_down_or_stays_on_its_floor():
+    """DESIGN §2: an import points to the module's own package or to a lower floor — at any
+    depth, lazily or not; only spark_adapter imports pyspark; nothing imports benchmarks."""
+    bad = []
+    for module, path in _modules().items():
+        top = module.split(".")[0]
+        for line, name in _imports_of(module, path):
+            target = name.split(".")[0]
+            where = f"{path.relative_to(ROOT)}:{line}: {module} imports {name}"
+            if target in FLOORS and target != top and FLOORS[target] >= FLOORS[top]:
+                bad.append(where)
+            elif target == "pyspark" and top != "spark_adapter":
+                bad.append(where)
+            elif target in ("benchmarks", "tests", "examples"):
+                bad.append(where)
     assert not bad, "\n".join(bad)
 
 
-def test_importlib_is_not_used_to_dodge_the_layering():
-    for package in ("engine", "operators"):
-        for path in (ROOT / package).rglob("*.py"):
-            text = path.read_text(encoding="utf-8")
-            for name in ("operators", "pyspark", "spark_adapter"):
-                if package == name:
-                    continue
-                assert f'import_module("{name}' not in text, path
+def test_no_import_cycle_between_modules():
+    """No module reaches itself through imports (a package's ``__init__`` re-exporting its own
+    modules aside): Tarjan's strongly connected components over the whole import graph."""
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            component.sort()
+            head = component[0]
+            if len(component) > 1 and not all(m == head or m.startswith(head + ".")
+                                               for m in component):
+                cycles.append(" <-> ".join(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    assert not cycles, "\n".join(cycles)
 
 
-@pytest.mark.parametrize("package", ["engine", "operators", "spark_adapter"])
+def test_built_ins_are_imported_not_looked_up_at_run_time():
+    """DESIGN §2: no ``importlib.import_module``, ``__import__`` or ``entry_points`` to reach
+    our own code; entry points only where third-party policies and commands come in."""
+    bad = []
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                fn = getattr(node.func, "attr", getattr(node.func, "id", ""))
+                if (fn in ("entry_points", "import_module", "__import__")
+                        and (module, fn) not in RUN_TIME_LOOKUPS):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {fn}")
+    assert not bad, "\n".join(bad)
+
+
+def test_spark_adapter_looks_up_only_its_own_modules():
+    import spark_adapter
+
+    assert all(home.startswith("spark_adapter.") for home in spark_adapter._HOME.values())
+
+
+def test_the_checkout_runs_without_being_installed(tmp_path):
+    """``PYTHONPATH=. python -m goldilocks replay …`` in a checkout that was never installed
+    (no entry points, no metadata: only the dependencies on the path) writes the same bytes as
+    the installed ``goldilocks`` command."""
+    checkout = tmp_path / "checkout"
+    for package in FLOORS:
+        shutil.copytree(ROOT / package, checkout / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():  # the dependencies, without our own distribution
+        if not entry.name.startswith(("goldilocks", "__editable__", "_virtualenv")) \
+                and entry.suffix != ".pth":
+            (deps / entry.name).symlink_to(entry)
+    log = ROOT / "examples" / "data" / "fleet.jsonl"
+    args = ["replay", str(log), "--delay", "5m", "--no-summary"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    uninstalled = subprocess.run(
+        [sys.executable, "-S", "-m", "goldilocks", *args, "--out", str(tmp_path / "a.jsonl")],
+        cwd=checkout, env={**env, "PYTHONPATH": f"{checkout}{os.pathsep}{deps}"},
+        capture_output=True, text=True, timeout=120)
+    assert uninstalled.returncode == 0, uninstalled.stderr
+    probe = subprocess.run(
+        [sys.executable, "-S", "-c", "import goldilocks, importlib.metadata as m; "
+         "print(goldilocks.__file__); print(list(m.entry_points(group='goldilocks.policies')))"],
+        cwd=checkout, env={**env, "PYTHONPATH": f"{checkout}{os.pathsep}{deps}"},
+        capture_output=True, text=True, timeout=60)
+    assert probe.stdout.splitlines() == [str(checkout / "goldilocks" / "__init__.py"), "[]"]
+    script = Path(sys.executable).with_name("goldilocks")
+    installed = subprocess.run([str(script), *args, "--out", str(tmp_path / "b.jsonl")],
+                               capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert (tmp_path / "a.jsonl").stat().st_size > 0
+
+
+@pytest.mark.parametrize("package", sorted(FLOORS))
 def test_every_module_declares_its_surface(package):
     missing = []
     for path in sorted((ROOT / package).rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         names = {t.id for node in tree.body if isinstance(node, ast.Assign)
                  for t in node.targets if isinstance(t, ast.Name)}
+        names |= {node.target.id for node in tree.body if isinstance(node, ast.AnnAssign)
+                  and isinstance(node.target, ast.Name)}
         if "__all__" not in names and path.name != "__main__.py":
             missing.append(str(path.relative_to(ROOT)))
     assert not missing, f"modules without __all__: {missing}"

@@ -9,15 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.event import POINT, Event
-from operators.net.protocol import (
+from goldilocks.net.protocol import (
     LENGTH,
     decode_frame,
     encode_request,
     encode_setup,
     encode_subscribe,
 )
-from operators.net.server import Server
-from operators.net.transport import open_transport
+from goldilocks.net.server import Server
+from goldilocks.net.transport import open_transport
 
 HOST = "127.0.0.1"
 TOKEN = "test-token-7f3a9c"
@@ -80,7 +80,7 @@ class Raw:
 
     async def closed(self, timeout: float = 5.0) -> list:
         """Read until the server closes the connection; return the frames seen."""
-        from operators.net.transport import ConnectionClosed
+        from goldilocks.net.transport import ConnectionClosed
 
         frames = []
         try:

@@ -10,7 +10,7 @@ import pytest
 
 from engine.sources import from_iterable
 from operators import max_policy
-from operators.net import RemoteError, connect
+from goldilocks.net import RemoteError, connect
 
 from tests.net.netsupport import TOKEN, Raw, points, run, start_server, until, url_of
 

@@ -13,8 +13,8 @@ import pytest
 
 from engine.sources import from_iterable
 from operators import max_policy
-from operators.net import connect
-from operators.net.protocol import (
+from goldilocks.net import connect
+from goldilocks.net.protocol import (
     LENGTH,
     decode_frame,
     encode_complete,

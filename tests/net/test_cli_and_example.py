@@ -10,12 +10,12 @@ import signal
 import sys
 from pathlib import Path
 
-from engine.cli import build_parser, register_command
+from goldilocks.cli import build_parser, register_command
 from engine.event import Event
 from engine.sources import from_iterable
 from engine.times import MAX_TIME
-from operators.net import ConnectionLost, connect
-from operators.net.cli import SERVE
+from goldilocks.net import ConnectionLost, connect
+from goldilocks.net.cli import SERVE
 
 from engine.sinks import CallbackSubscriber
 from tests.net.netsupport import run, until
@@ -35,8 +35,8 @@ def test_serve_runs_until_interrupted_and_publishes_its_files(tmp_path):
     tokens = tmp_path / "tokens.txt"
     tokens.write_text(f"# devices\n{TOKEN}\n")
     out = tmp_path / "out"
-    code = ("import sys; from engine.cli import main, register_command; "
-            "from operators.net.cli import SERVE; register_command(SERVE); "
+    code = ("import sys; from goldilocks.cli import main, register_command; "
+            "from goldilocks.net.cli import SERVE; register_command(SERVE); "
             "sys.exit(main(sys.argv[1:]))")
     argv = [sys.executable, "-c", code, "serve", "--listen", "127.0.0.1:0", "--tcp",
             "127.0.0.1:0", "--token-file", str(tokens), "--delay", "1s", "--out-dir",
@@ -116,8 +116,8 @@ def test_the_three_device_example_runs(tmp_path, capsys):
 
 
 def _serve_argv(*args: str) -> list[str]:
-    code = ("import sys; from engine.cli import main, register_command; "
-            "from operators.net.cli import SERVE; register_command(SERVE); "
+    code = ("import sys; from goldilocks.cli import main, register_command; "
+            "from goldilocks.net.cli import SERVE; register_command(SERVE); "
             "sys.exit(main(sys.argv[1:]))")
     return [sys.executable, "-c", code, "serve", *args]
 
@@ -174,7 +174,7 @@ def test_serve_stops_on_sigterm_within_its_bound_with_status_0(tmp_path):
 
 
 def test_serve_usage_errors_exit_2_naming_the_argument(tmp_path, capsys):
-    from engine.cli import main
+    from goldilocks.cli import main
 
     register_command(SERVE)
     tokens = tmp_path / "tokens.txt"

@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 from operators import max_policy
-from operators.net.protocol import decode_frame
+from goldilocks.net.protocol import decode_frame
 
 from tests.net.netsupport import TOKEN, run, start_server, until
 

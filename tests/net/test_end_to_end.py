@@ -10,7 +10,7 @@ from engine.event import Event
 from engine.sinks import collect, iterate
 from engine.times import MAX_TIME
 from operators import Union, goldilocks
-from operators.net import connect
+from goldilocks.net import connect
 
 from tests.net.netsupport import TOKEN, run, start_server, until, url_of
 

@@ -14,8 +14,8 @@ from engine.event import Event
 from engine.sinks import iterate
 from engine.sources import from_iterable
 from operators import goldilocks, max_policy
-from operators.net import ConnectionLost, ProtocolError, RemoteError, connect
-from operators.net.protocol import (
+from goldilocks.net import ConnectionLost, ProtocolError, RemoteError, connect
+from goldilocks.net.protocol import (
     LENGTH,
     encode_next,
     encode_next_raw,
@@ -82,7 +82,7 @@ def test_a_wrong_or_missing_token_is_refused_and_never_logged(transport, token, 
 
 
 def test_tokens_are_compared_in_constant_time_against_every_accepted_token():
-    from operators.net.server import Server
+    from goldilocks.net.server import Server
 
     server = Server(max_policy(), tokens=["alpha-1", "beta-2"])
     assert server._check_token("beta-2") and server._check_token("alpha-1")
@@ -94,7 +94,7 @@ def test_tokens_are_compared_in_constant_time_against_every_accepted_token():
 
 def test_a_server_without_tokens_refuses_to_start():
     from engine.errors import InputError
-    from operators.net.server import Server
+    from goldilocks.net.server import Server
 
     with pytest.raises(InputError, match="would accept anyone"):
         Server(max_policy(), tokens=[])

@@ -10,12 +10,12 @@ import asyncio
 import orjson
 
 from engine.event import Event
-from engine.eventlog import read_records
+from eventlog import read_records
 from engine.sinks import CallbackSubscriber
 from engine.times import MAX_TIME
 from operators import max_policy
-from operators.net import ProtocolError, connect
-from operators.net.protocol import (
+from goldilocks.net import ProtocolError, connect
+from goldilocks.net.protocol import (
     encode_complete,
     encode_next,
     encode_next_raw,
@@ -200,7 +200,7 @@ def test_a_client_publishing_a_payload_too_deep_is_told_which_and_why(transport)
     refuses it and the publication fails with the reason."""
     from engine.errors import InputError
     from engine.sources import from_iterable
-    from operators.net import RemoteError
+    from goldilocks.net import RemoteError
 
     def deep(depth: int) -> object:
         value: object = 0

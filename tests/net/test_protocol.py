@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from engine.event import Event
 from engine.times import MAX_TIME
-from operators.net.protocol import (
+from goldilocks.net.protocol import (
     MAX_BATCH,
     ProtocolError,
     decode_events,
@@ -208,7 +208,7 @@ def _rows(draw):
 @given(_rows())
 def test_the_fast_device_decoder_agrees_with_the_checked_one(rows):
     """The hot path accepts exactly what the checked path accepts, with the same events."""
-    from operators.net.protocol import _decode_checked
+    from goldilocks.net.protocol import _decode_checked
 
     try:
         expected = [(e.kind, e.start, e.end, e.payload, e.source)
@@ -232,13 +232,13 @@ def _nested(depth: int) -> object:
 
 
 def test_the_documented_limits():  # docs/protocol.md, "Limits"
-    from operators.net.protocol import EVENT_ENVELOPE, MAX_DEPTH, MAX_SETUP_FRAME
+    from goldilocks.net.protocol import EVENT_ENVELOPE, MAX_DEPTH, MAX_SETUP_FRAME
 
     assert (MAX_DEPTH, MAX_SETUP_FRAME, EVENT_ENVELOPE) == (64, 4096, 67)
 
 
 def test_payloads_nested_beyond_the_limit_are_named_one_by_one():
-    from operators.net.protocol import event_refusals
+    from goldilocks.net.protocol import event_refusals
 
     events = [Event.point(1, _nested(64), "A"), Event.point(2, _nested(65), "A"),
               Event.point(3, {"a": [1, {"b": _nested(63)}]}, "A"), Event.point(4, "x", "A")]
@@ -248,7 +248,7 @@ def test_payloads_nested_beyond_the_limit_are_named_one_by_one():
 
 
 def test_an_event_that_cannot_fit_an_output_frame_is_named_and_the_others_are_not():
-    from operators.net.protocol import EVENT_ENVELOPE, event_refusals
+    from goldilocks.net.protocol import EVENT_ENVELOPE, event_refusals
 
     max_frame = 4096
     room = max_frame - EVENT_ENVELOPE
@@ -265,7 +265,7 @@ def test_an_event_that_cannot_fit_an_output_frame_is_named_and_the_others_are_no
 
 
 def test_a_float_grows_when_written_again_which_the_size_check_allows_for():
-    from operators.net.protocol import _GROWTH
+    from goldilocks.net.protocol import _GROWTH
 
     assert orjson.dumps(orjson.loads(b"1e15")) == b"1000000000000000.0"
     assert len(b"1000000000000000.0") <= _GROWTH * len(b"1e15")
@@ -303,6 +303,6 @@ def _nesting(draw):
 def test_the_encoder_shell_finds_exactly_the_payloads_nested_too_deep(payloads):
     """The frame-level check (the encoder, stopping where MAX_DEPTH does) agrees with looking
     into each payload, at the boundary and around it."""
-    from operators.net.protocol import MAX_DEPTH, _deeper, _too_deep
+    from goldilocks.net.protocol import MAX_DEPTH, _deeper, _too_deep
 
     assert _too_deep(payloads) == any(_deeper(p, MAX_DEPTH) for p in payloads)

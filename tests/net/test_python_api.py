@@ -10,7 +10,7 @@ import pytest
 
 from engine.event import Event
 from operators import goldilocks
-from operators.net import connect
+from goldilocks.net import connect
 
 from tests.net.netsupport import TOKEN, run, start_server, until, url_of
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from engine.errors import InputError
 from engine.event import CTI, Event, LateRecord
-from engine.policy import Policy, resolve_policy
+from engine.policy import Policy
+from operators.policies import resolve_policy
 from engine.policy import step_many as engine_step_many
 from engine.times import MAX_TIME, MIN_TIME
 from operators.policies import (

@@ -115,10 +115,10 @@ def test_async_for_over_a_failed_publisher_raises_its_error():
 
 
 def test_every_publisher_the_project_ships_supports_async_for():
-    """Every class in ``engine`` and ``operators`` (the network server and client included)
-    that has a ``subscribe`` derives from ``PublisherBase``, so ``async for`` works on it."""
+    """Every class in the packages we ship (the network server and client included) that has
+    a ``subscribe`` derives from ``PublisherBase``, so ``async for`` works on it."""
     publishers = []
-    for package in ("engine", "operators"):
+    for package in ("engine", "operators", "eventlog", "goldilocks"):
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, f"{package}."):
             module = importlib.import_module(info.name)

@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from engine.errors import BadRecordError
-from engine.eventlog import write_log
-from engine.replay import replay
+from eventlog import write_log
+from goldilocks.replay import replay
 
 GOOD = b'{"source":"A","kind":"insert","start":1}\n'
 CTI_LINE = b'{"source":"A","kind":"cti","start":5}\n'

@@ -8,7 +8,7 @@ import pytest
 
 from pathlib import Path
 
-from engine.cli import Command, build_parser, main, register_command
+from goldilocks.cli import Command, build_parser, main, register_command
 from tests.replay.conftest import SEED_LOG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,7 +165,7 @@ def test_version(capsys):
 def test_version_of_a_checkout_that_is_not_installed():
     import tomllib
 
-    from engine.cli import distribution_version
+    from goldilocks.cli import distribution_version
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     text = distribution_version("goldilocks-not-installed-anywhere")

@@ -11,9 +11,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.cli import main
-from engine.eventlog import iso_time, read_records
-from engine.replay import COLUMNAR, ELEMENT, replay
+from goldilocks.cli import main
+from eventlog import iso_time, read_records
+from goldilocks.replay import COLUMNAR, ELEMENT, replay
 from engine.times import MAX_TIME, MIN_TIME, format_rfc3339, to_ns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_the_vectorised_iso_writer_is_the_encoders_text(values):
     # byte, over the whole int64 range; runs of equal values and days included
     import numpy as np
 
-    from engine.jsonl_write import _row_texts, iso_times
+    from eventlog.write_columns import _row_texts, iso_times
 
     values = sorted(values)[: len(values) // 2] + values[len(values) // 2:]
     parts, lens = iso_times(np.array(values, np.int64))

@@ -6,7 +6,7 @@ import pytest
 
 from engine import Event, InputError
 from engine.errors import BadRecordError
-from engine.replay import replay
+from goldilocks.replay import replay
 from engine.times import MAX_TIME
 
 

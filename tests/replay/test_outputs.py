@@ -1,5 +1,5 @@
 """Outputs never destroy an input and never show half a result (TS §5.5): the command line,
-in-process (``engine.cli.main``) and as the installed ``goldilocks`` script, on real files."""
+in-process (``goldilocks.cli.main``) and as the installed ``goldilocks`` script, on real files."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from goldilocks.cli import main
 from engine.errors import UsageError
-from engine.replay import replay
+from goldilocks.replay import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "examples" / "data" / "fleet.jsonl"

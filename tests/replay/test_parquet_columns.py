@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import BadRecordError
-from engine.eventlog import insert_line, insert_prefix
+from eventlog import insert_line, insert_prefix
 from engine.times import MAX_TIME, MIN_TIME
 
 pa = pytest.importorskip("pyarrow")
@@ -65,7 +65,7 @@ def tables(draw):
 
 
 def _replay(path, tmp, columnar, **kw):
-    from engine.replay import replay
+    from goldilocks.replay import replay
 
     out, late = tmp / "o.jsonl", tmp / "l.jsonl"
     try:
@@ -82,7 +82,7 @@ def _replay(path, tmp, columnar, **kw):
 @given(table=tables(), on_late=st.sampled_from(["drop", "adjust"]),
        bad=st.sampled_from(["fail", "skip"]))
 def test_column_path_equals_the_row_path(tmp_path_factory, table, on_late, bad):
-    import engine.eventlog_read as reader
+    import eventlog.read as reader
 
     d = tmp_path_factory.mktemp("pq")
     path = d / "log.parquet"
@@ -102,7 +102,7 @@ def test_column_path_equals_the_row_path(tmp_path_factory, table, on_late, bad):
 
 
 def test_the_benchmark_shape_takes_the_column_path(tmp_path, monkeypatch):
-    import engine.eventlog_read as reader
+    import eventlog.read as reader
 
     pq.write_table(pa.table({"seq": pa.array([0, 1, 2], pa.int64()),
                              "source": ["A", "B", "A"], "kind": ["insert", "cti", "insert"],
@@ -124,7 +124,7 @@ def test_the_benchmark_shape_takes_the_column_path(tmp_path, monkeypatch):
                           st.sampled_from([None, 1, {"v": 2}, "s" * 80, [-1, None]])),
                 min_size=1, max_size=40))
 def test_insert_lines_are_the_encoders_bytes(rows):
-    from engine.jsonl_write import insert_lines
+    from eventlog.write_columns import insert_lines
 
     names = sorted({r[0] for r in rows})
     prefixes = [insert_prefix(name) for name in names]
@@ -150,7 +150,7 @@ def test_insert_lines_are_the_encoders_bytes(rows):
 
 @pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
 def test_timestamp_columns_read_as_nanoseconds_on_both_paths(tmp_path, unit, monkeypatch):
-    import engine.eventlog_read as reader
+    import eventlog.read as reader
 
     t = pa.array([1_700_000_000, 1_700_000_001, 1_700_000_005], pa.timestamp("s", tz="UTC"))
     pq.write_table(pa.table({"arrival": t.cast(pa.timestamp(unit, tz="UTC")),

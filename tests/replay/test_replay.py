@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import InputError
-from engine.eventlog import read_records, write_log
-from engine.replay import COLUMNAR, ELEMENT, VirtualClock, replay
+from eventlog import read_records, write_log
+from goldilocks.replay import COLUMNAR, ELEMENT, VirtualClock, replay
 
 M = 60 * 10**9
 
@@ -160,7 +160,7 @@ def _rechunk(chunks, cuts):
     """The merged chunks cut again at the global row numbers ``cuts``."""
     import numpy as np
 
-    from engine.eventlog import Columns
+    from eventlog import Columns
 
     rows = [c for c in chunks if len(c)]
     if not rows:
@@ -180,8 +180,8 @@ def test_columnar_path_over_any_chunk_split_writes_the_element_bytes(tmp_path_fa
                                                                      records, delay, on_late):
     # TS §5.1: the columnar path carries the policy state across chunks; where the chunks
     # are cut (hypothesis chooses, empty chunks included) changes no byte and no count
-    from engine.eventlog import BadRecords, SourceTable, merge_columns
-    from engine.replay import _Output, _run_columnar
+    from eventlog import BadRecords, SourceTable, merge_columns
+    from goldilocks.replay import _Output, _run_columnar
 
     d = tmp_path_factory.mktemp("split")
     log = d / "log.jsonl"
@@ -210,7 +210,7 @@ def test_columnar_path_over_any_chunk_split_writes_the_element_bytes(tmp_path_fa
 def test_columnar_path_keeps_no_whole_log_state(tmp_path, monkeypatch):
     # bounded memory: a log of many chunks is decided chunk by chunk — the kernel never sees
     # more rows than one chunk holds
-    import engine.eventlog_read as reader
+    import eventlog.read as reader
     from operators.policies import goldilocks
 
     monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)
@@ -295,9 +295,9 @@ _times = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-20, 20),
 def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data):
     import numpy as np
 
-    from engine.eventlog import SourceTable, insert_line, insert_prefix, late_line
-    from engine.jsonl_scan import scan_block
-    from engine.jsonl_write import late_text
+    from eventlog import SourceTable, insert_line, insert_prefix, late_line
+    from eventlog.scan import scan_block
+    from eventlog.write_columns import late_text
 
     lines = [insert_line(insert_prefix(src), t, t + 1 if interval and t < 2**62 else None, p)
              for src, t, interval, p in rows]
@@ -315,7 +315,7 @@ def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data
 
 
 def test_reading_ahead_keeps_the_order_and_raises_where_the_reader_did():
-    from engine.replay import _ahead
+    from goldilocks.replay import _ahead
 
     def chunks():
         yield from range(5)
@@ -331,7 +331,7 @@ def test_reading_ahead_keeps_the_order_and_raises_where_the_reader_did():
 def test_closing_the_read_ahead_stops_and_closes_the_reader():
     import threading
 
-    from engine.replay import _ahead
+    from goldilocks.replay import _ahead
 
     closed = threading.Event()
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.eventlog import insert_line, insert_prefix
-from engine.eventlog_read import BadRecords, SourceTable, _FileState, _jsonl_chunk
-from engine.jsonl_scan import scan_block
+from eventlog import insert_line, insert_prefix
+from eventlog.read import BadRecords, SourceTable, _FileState, _jsonl_chunk
+from eventlog.scan import scan_block
 from engine.times import MAX_TIME, MIN_TIME
 
 ints = st.one_of(st.integers(-5, 30), st.integers(MIN_TIME, MAX_TIME),
@@ -302,7 +302,7 @@ def test_many_repeated_payloads_are_checked_as_one_round_trip_would(texts, data)
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=70), min_size=1, max_size=12), st.data())
 def test_firsts_cover_every_payload(texts, data):
-    from engine.jsonl_scan import _firsts
+    from eventlog.scan import _firsts
 
     picks = data.draw(st.lists(st.integers(0, len(texts) - 1), min_size=256, max_size=600))
     buf = bytearray()
@@ -323,7 +323,7 @@ def test_firsts_cover_every_payload(texts, data):
 def test_scanning_in_place_ignores_the_bytes_after_the_block(raw, after):
     # the reader scans its buffer in place; what follows the block there (the start of the
     # next line, then zeros) must change nothing
-    from engine.jsonl_scan import PAD
+    from eventlog.scan import PAD
 
     copied = scan_block(raw, None, SourceTable(), -(2**63))
     buf = bytearray(raw + after + bytes(PAD))
@@ -349,8 +349,8 @@ def test_reading_in_blocks_of_any_size_gives_the_same_records(rows, chunk, newli
     # records and their line numbers do not depend on where the reader's blocks end
     import tempfile
 
-    import engine.eventlog_read as reader
-    from engine.eventlog import read_records
+    import eventlog.read as reader
+    from eventlog import read_records
 
     lines = []
     for i, (src, t, shape) in enumerate(rows):
@@ -378,7 +378,7 @@ def test_reading_in_blocks_of_any_size_gives_the_same_records(rows, chunk, newli
 def test_canonical_check_of_many_payloads_sees_every_one(distinct, bad_at):
     # 5000 payloads: the first 1024 decide whether repeats are looked for; either way a
     # single payload that is not canonical, anywhere, is found
-    from engine.jsonl_scan import canonical_json
+    from eventlog.scan import canonical_json
 
     texts = [b'{"v":%d}' % (i if distinct else i % 7) for i in range(5000)]
     if bad_at is not None:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from engine.event import Event, LateRecord
-from engine.eventlog import RollingFileSink, read_records
+from eventlog import RollingFileSink, read_records
 
 
 class ListPublisher:

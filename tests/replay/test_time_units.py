@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.cli import main
+from goldilocks.cli import main
 from engine.errors import BadRecordError
-from engine.eventlog import read_records, write_log
-from engine.replay import replay
+from eventlog import read_records, write_log
+from goldilocks.replay import replay
 from engine.times import NS_PER_S, TIME_UNITS, looks_unscaled, to_ns
 
 T0 = 1_795_334_400  # 2026-11-22T08:00:00Z in seconds

@@ -66,7 +66,7 @@ def late_from_rows(rows: Iterable[Any]) -> list[tuple]:
 def canonical_events(rows: Iterable[Any]) -> bytes:
     """Spark event rows (in arrival order) as the engine's canonical replay output."""
     from engine.event import INTERVAL
-    from engine.eventlog import encode_event
+    from eventlog import encode_event
 
     out = []
     for r in rows:
@@ -85,7 +85,7 @@ def canonical_events(rows: Iterable[Any]) -> bytes:
 def canonical_late(rows: Iterable[Any]) -> bytes:
     """Spark late rows (in arrival order) as the engine's canonical late file."""
     from engine.event import INTERVAL
-    from engine.eventlog import encode_late
+    from eventlog import encode_late
 
     out = []
     for r in rows:
@@ -103,7 +103,7 @@ def canonical_late(rows: Iterable[Any]) -> bytes:
 
 def engine_replay_bytes(paths: Sequence[Any], tmp_path: Any, **options: Any) -> tuple[bytes, bytes]:
     """The engine's replay of ``paths``: (output bytes, late bytes)."""
-    from engine.replay import replay as engine_replay
+    from goldilocks.replay import replay as engine_replay
 
     out, late = tmp_path / "engine-out.jsonl", tmp_path / "engine-late.jsonl"
     engine_replay([str(p) for p in paths], out=out, late=late, **options)

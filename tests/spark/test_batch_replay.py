@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from engine.errors import InputError
 from engine.event import Event
-from engine.policy import resolve_policy
+from operators.policies import resolve_policy
 from engine.times import MAX_TIME, MIN_TIME
 from spark_support import (ROW_SCHEMA, arrivals_to_rows, event_key, events_from_rows,
                            late_from_rows, late_key)

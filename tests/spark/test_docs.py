@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from engine.event import Event
-from engine.eventlog import RollingFileSink
+from eventlog import RollingFileSink
 from engine.sources import from_iterable
 
 pytestmark = pytest.mark.spark

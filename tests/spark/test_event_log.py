@@ -1,5 +1,5 @@
 """Reading event logs in Spark: the engine's reader on the executors, the engine's errors, and
-batch replay byte-identical to ``engine.replay`` (docs/event-log.md, TS §5.1–§5.3)."""
+batch replay byte-identical to ``goldilocks.replay`` (docs/event-log.md, TS §5.1–§5.3)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import BadRecordError, InputError
-from engine.eventlog import write_log
-from engine.replay import replay as engine_replay
+from eventlog import write_log
+from goldilocks.replay import replay as engine_replay
 from spark_support import canonical_events, canonical_late, engine_replay_bytes
 
 pytestmark = pytest.mark.spark

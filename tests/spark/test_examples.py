@@ -17,7 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def test_spark_replay_example(spark, capsys):
     runpy.run_path(str(EXAMPLES / "spark_replay.py"), run_name="__main__")
     out = capsys.readouterr().out
-    assert re.search(r"fleet clock: \d+ rows out \(\d+ CTIs\), \d+ late; .* same as engine.replay",
+    assert re.search(r"fleet clock: \d+ rows out \(\d+ CTIs\), \d+ late; .* same as goldilocks.replay",
                      out)
     assert re.search(r"site doors\s*: \d+ CTIs, final .*, 0 late", out)  # its own clock
     assert re.search(r"site climate\s*: \d+ CTIs, final .*, [1-9]\d* late", out)

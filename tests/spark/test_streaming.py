@@ -1,5 +1,5 @@
 """The streaming pieces with a real local session: the ``"goldilocks"`` source over a directory
-of rolling-sink parts, ``watermark_stage`` equal to ``engine.replay`` across micro-batches,
+of rolling-sink parts, ``watermark_stage`` equal to ``goldilocks.replay`` across micro-batches,
 Spark's watermark following the CTI, and a restart from a checkpoint."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from engine.eventlog import RollingFileSink, write_log
+from eventlog import RollingFileSink, write_log
 from engine.event import Event
 from engine.sources import from_iterable
 from spark_support import canonical_events, canonical_late, engine_replay_bytes

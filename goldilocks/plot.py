@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InputError, UsageError
-from engine.outputs import AtomicOutput, is_path
+from goldilocks.outputs import AtomicOutput, is_path
 
 __all__ = ["plot_replay", "plot_format"]
 

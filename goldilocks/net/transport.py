@@ -25,7 +25,7 @@ import logging
 from collections import deque
 from typing import Any
 
-from operators.net.protocol import LENGTH, ProtocolError
+from goldilocks.net.protocol import LENGTH, ProtocolError
 
 __all__ = ["ConnectionClosed", "Transport", "TcpTransport", "WebSocketTransport",
            "open_transport", "parse_address", "WS_LOGGER"]

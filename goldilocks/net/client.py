@@ -42,7 +42,7 @@ from engine.sources import failed, from_async_iterable
 from engine.subscription import BufferedSubscription, check_subscriber
 from engine.violations import report_violation
 
-from operators.net.protocol import (
+from goldilocks.net.protocol import (
     DEFAULT_MAX_FRAME,
     MAX_BATCH,
     MAX_DEPTH,
@@ -63,7 +63,7 @@ from operators.net.protocol import (
     encode_setup,
     encode_subscribe,
 )
-from operators.net.transport import ConnectionClosed, Transport, open_transport
+from goldilocks.net.transport import ConnectionClosed, Transport, open_transport
 
 __all__ = ["connect", "Client", "Publication", "RemoteOutput", "ClientStats"]
 

@@ -1,7 +1,8 @@
 """``goldilocks serve``: run a union behind the network protocol until interrupted.
 
-Registered through the ``goldilocks.commands`` entry-point group
-(``serve = "operators.net.cli:SERVE"``); ``engine`` never imports this module.
+A built-in subcommand (``goldilocks.cli`` registers it). This module imports no network code
+at import time: the server and the ``websockets`` library (the ``net`` extra) are imported
+only when ``serve`` runs, so the command line works without the extra.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import signal
 import sys
 
-from engine.cli import Command
+from goldilocks.commands import Command
 from engine.errors import InputError, UsageError
 from engine.times import NS_PER_S, to_duration_ns
 
@@ -81,7 +82,7 @@ def _seconds(text: str, what: str) -> float:
 
 
 def _policy(args: argparse.Namespace):
-    from engine.policy import resolve_policy
+    from operators.policies import resolve_policy
 
     delay = args.delay if args.delay is not None else ("5m" if args.policy == "goldilocks"
                                                        else 0)
@@ -92,7 +93,7 @@ def _policy(args: argparse.Namespace):
 
 
 def _address(text: str, what: str) -> tuple[str, int]:
-    from operators.net.transport import parse_address
+    from goldilocks.net.transport import parse_address
 
     try:
         return parse_address(text, what)
@@ -101,7 +102,7 @@ def _address(text: str, what: str) -> tuple[str, int]:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from operators.net.server import Server, load_tokens
+    from goldilocks.net.server import Server, load_tokens
 
     ws = _address(args.listen, "--listen")
     tcp = _address(args.tcp, "--tcp") if args.tcp else None

@@ -1,17 +1,7 @@
-"""Event logs: read, merge and write recorded streams (format: ``docs/event-log.md``).
-
-Reading streams in chunks of numpy columns (``engine.eventlog_read``); writing produces the
-canonical JSON Lines form: compact, keys in the order ``source, kind, start, end, payload``,
-times as int nanoseconds, so the same events always give the same bytes (TS §5.1).
-
->>> from engine.event import Event
->>> encode_event(Event.point(5, payload={"v": 1}, source="A"))
-b'{"source":"A","kind":"insert","start":5,"payload":{"v":1}}\\n'
->>> encode_event(Event.cti(3))
-b'{"kind":"cti","start":3}\\n'
-
-``RollingFileSink`` is a Reactive Streams subscriber that writes what it receives as numbered
-parts, each made visible by an atomic rename, for another process (Spark) to consume.
+"""Writing event logs: ``EventLogWriter`` (canonical JSON Lines), ``write_log`` (records as
+given, in any of the formats), and ``RollingFileSink``, a Reactive Streams subscriber that
+writes what it receives as numbered parts, each made visible by an atomic rename, for another
+process (Spark) to consume. The canonical line encoders are in ``eventlog.format``.
 """
 
 from __future__ import annotations
@@ -24,177 +14,16 @@ from typing import Any, BinaryIO, Callable, Iterable, Mapping
 
 import orjson
 
-from engine.event import CTI as _CTI_KIND
-from engine.event import INTERVAL, Event, LateRecord
-from engine.eventlog_read import (
-    BAD_RECORD_MODES,
-    CTI,
-    INSERT,
-    JOIN,
-    KIND_NAMES,
-    LEAVE,
-    BadRecords,
-    Columns,
-    SourceTable,
-    log_format,
-    merge_columns,
-    read_columns,
-)
+from engine.event import Event, LateRecord
 from engine.subscription import refuse_subscription
-from engine.times import format_rfc3339, to_ns
+from engine.times import to_ns
 
-__all__ = [
-    # reading
-    "BAD_RECORD_MODES",
-    "BadRecords",
-    "Columns",
-    "SourceTable",
-    "INSERT",
-    "CTI",
-    "JOIN",
-    "LEAVE",
-    "KIND_NAMES",
-    "log_format",
-    "read_columns",
-    "merge_columns",
-    "read_records",
-    # writing
-    "insert_prefix",
-    "insert_line",
-    "cti_line",
-    "late_line",
-    "encode_event",
-    "encode_late",
-    "TIME_FORMATS",
-    "iso_time",
-    "insert_line_iso",
-    "cti_line_iso",
-    "late_line_iso",
-    "EventLogWriter",
-    "write_log",
-    "RollingFileSink",
-]
+from eventlog.format import encode_event, encode_late
+from eventlog.read import log_format
+
+__all__ = ["EventLogWriter", "write_log", "RollingFileSink"]
 
 _dumps = orjson.dumps
-
-
-def read_records(paths: Iterable[str | os.PathLike], *, bad_records: str = "fail",
-                 quarantine: BinaryIO | None = None,
-                 time_unit: str | None = None) -> Iterable[dict]:
-    """Merged records as plain dicts (``source, kind, start, end, payload, file, line``).
-
-    A convenience for tests and small tools: one dict per record, in replay order (TS §5.2);
-    memory is one chunk per file. Replay itself works on the columns. ``time_unit``: the
-    unit of integer times (``replay``'s).
-    """
-    table = SourceTable()
-    bad = BadRecords(bad_records, quarantine)
-    for chunk in merge_columns([os.fspath(p) for p in paths], table=table, bad=bad,
-                               time_unit=time_unit):
-        for k, s, st, en, he, pl, f, ln in zip(chunk.kind.tolist(), chunk.source.tolist(),
-                                               chunk.start.tolist(), chunk.end.tolist(),
-                                               chunk.has_end.tolist(), chunk.payload,
-                                               chunk.file.tolist(), chunk.line.tolist()):
-            rec: dict[str, Any] = {"source": table.name(s), "kind": KIND_NAMES[k]}
-            if k <= CTI:
-                rec["start"] = st
-                rec["end"] = en if he else None
-            rec["payload"] = pl
-            rec["file"] = f
-            rec["line"] = ln
-            yield rec
-
-
-# -- canonical encoding ----------------------------------------------------------------
-
-
-def insert_prefix(source: str | None) -> bytes:
-    """The bytes of a canonical insert line up to its start value."""
-    if source is None:
-        return b'{"kind":"insert","start":'
-    return b'{"source":' + _dumps(source) + b',"kind":"insert","start":'
-
-
-def insert_line(prefix: bytes, start: int, end: int | None, payload: Any) -> bytes:
-    """A canonical insert line; ``end`` is ``None`` for a point."""
-    if end is None:
-        if payload is None:
-            return b"%b%d}\n" % (prefix, start)
-        return b'%b%d,"payload":%b}\n' % (prefix, start, _dumps(payload))
-    if payload is None:
-        return b'%b%d,"end":%d}\n' % (prefix, start, end)
-    return b'%b%d,"end":%d,"payload":%b}\n' % (prefix, start, end, _dumps(payload))
-
-
-def cti_line(t: int) -> bytes:
-    """A canonical CTI line of the merged stream (no source)."""
-    return b'{"kind":"cti","start":%d}\n' % t
-
-
-def late_line(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
-    """A late-file line from the late event's canonical insert ``line``."""
-    if adjusted_start is None:
-        return b'%b,"cti":%d,"action":"%b"}\n' % (line[:-2], cti, action.encode())
-    return b'%b,"cti":%d,"action":"%b","adjusted_start":%d}\n' % (
-        line[:-2], cti, action.encode(), adjusted_start)
-
-
-# -- the same lines with RFC 3339 times (``time_format="iso"``) --------------------------
-
-#: the time formats of written logs: integer nanoseconds (canonical) or RFC 3339 UTC text
-TIME_FORMATS = ("ns", "iso")
-
-
-def iso_time(t: int) -> bytes:
-    """``t`` as a JSON string of RFC 3339 UTC (``engine.times.format_rfc3339``: a fraction
-    only as needed, in groups of three digits)."""
-    return b'"%b"' % format_rfc3339(t).encode()
-
-
-def insert_line_iso(prefix: bytes, start: int, end: int | None, payload: Any) -> bytes:
-    """``insert_line`` with RFC 3339 times (``iso_time``)."""
-    line = b"%b%b" % (prefix, iso_time(start))
-    if end is not None:
-        line += b',"end":%b' % iso_time(end)
-    if payload is not None:
-        line += b',"payload":%b' % _dumps(payload)
-    return line + b"}\n"
-
-
-def cti_line_iso(t: int) -> bytes:
-    """``cti_line`` with an RFC 3339 time."""
-    return b'{"kind":"cti","start":%b}\n' % iso_time(t)
-
-
-def late_line_iso(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
-    """``late_line`` with RFC 3339 times, from the late event's ``insert_line_iso``."""
-    if adjusted_start is None:
-        return b'%b,"cti":%b,"action":"%b"}\n' % (line[:-2], iso_time(cti), action.encode())
-    return b'%b,"cti":%b,"action":"%b","adjusted_start":%b}\n' % (
-        line[:-2], iso_time(cti), action.encode(), iso_time(adjusted_start))
-
-
-def encode_event(event: Event) -> bytes:
-    """One canonical line for an event; a CTI keeps its source if it has one."""
-    if event.kind == _CTI_KIND:
-        if event.source is None:
-            return cti_line(event.start)
-        return b'{"source":%b,"kind":"cti","start":%d}\n' % (_dumps(event.source), event.start)
-    end = event.end if event.kind == INTERVAL else None
-    return insert_line(insert_prefix(event.source), event.start, end, event.payload)
-
-
-def encode_late(record: LateRecord, time_format: str = "ns") -> bytes:
-    """One late-file line for a ``LateRecord`` (an insert line plus cti, action,
-    adjusted_start); ``time_format="iso"``: with RFC 3339 times."""
-    ev = record.event
-    end = ev.end if ev.kind == INTERVAL else None
-    adjusted = record.adjusted.start if record.adjusted is not None else None
-    if time_format == "iso":
-        line = insert_line_iso(insert_prefix(record.input), ev.start, end, ev.payload)
-        return late_line_iso(line, record.cti, record.action, adjusted)
-    line = insert_line(insert_prefix(record.input), ev.start, end, ev.payload)
-    return late_line(line, record.cti, record.action, adjusted)
 
 
 class EventLogWriter:

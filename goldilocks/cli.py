@@ -1,11 +1,9 @@
 """The ``goldilocks`` command line: ``goldilocks replay LOG... [options]``, ``goldilocks --help``,
 ``goldilocks --version``.
 
-Subcommands are registered, not hard-wired: a module defines a ``Command`` (name, help, a
-function that adds its arguments, a function that runs it and returns the exit status) and
-either calls ``register_command(cmd)`` or declares it in the ``goldilocks.commands``
-entry-point group (``demo = "examples.demo:COMMAND"``), which ``build_parser`` loads — so
-``demo`` and ``serve`` live in their own modules and ``engine`` imports none of them.
+The built-in subcommands are ``replay`` (here) and ``serve`` (``goldilocks.net.cli``, which
+imports the network code only when it runs); other packages add theirs through
+``goldilocks.commands``. ``python -m goldilocks`` is the same command.
 
 Exit status: 0 on success, 1 on an input error (a bad record, a missing file; one line on
 stderr naming the file and line), 2 on a usage error: argparse's own (usage and one line
@@ -19,53 +17,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, entry_points, version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from engine.errors import GoldilocksError, InputError, UsageError
 
-__all__ = ["Command", "register_command", "commands", "build_parser", "main"]
+from goldilocks.commands import Command, commands, register_command
+from goldilocks.net.cli import SERVE
 
-_GROUP = "goldilocks.commands"
-
-
-@dataclass(frozen=True)
-class Command:
-    """A subcommand: ``configure(parser)`` adds its arguments, ``run(args) -> exit status``."""
-
-    name: str
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    description: str | None = None
-    #: rewrites the command's own arguments before parsing (a spelling kept for
-    #: compatibility that argparse cannot express); ``None``: as given
-    rewrite: Callable[[list[str]], list[str]] | None = None
-
-
-_COMMANDS: dict[str, Command] = {}
-
-
-def register_command(command: Command) -> Command:
-    """Add a subcommand (a later registration under the same name replaces the earlier)."""
-    if command is None:
-        raise TypeError("register_command(None); expected a Command")
-    _COMMANDS[command.name] = command
-    return command
-
-
-def commands() -> dict[str, Command]:
-    """The registered subcommands, built-in and from the entry-point group, by name."""
-    found = dict(_COMMANDS)
-    for ep in entry_points(group=_GROUP):
-        if ep.name not in found:
-            cmd = ep.load()
-            if isinstance(cmd, Command):
-                found[ep.name] = cmd
-    return found
-
+__all__ = ["build_parser", "main", "distribution_version"]
 
 def distribution_version(name: str = "goldilocks") -> str:
     """The installed distribution's version; in a checkout that is not installed, the version
@@ -193,8 +154,8 @@ def _speed(text: str) -> str | float:
 
 
 def _configure_replay(p: argparse.ArgumentParser) -> None:
-    from engine.eventlog import BAD_RECORD_MODES, TIME_FORMATS
-    from engine.policy import policy_names
+    from eventlog import BAD_RECORD_MODES, TIME_FORMATS
+    from operators.policies import policy_names
     from engine.times import TIME_UNITS
 
     p.add_argument("logs", nargs="+", metavar="LOG", help="event-log files, merged by arrival")
@@ -251,8 +212,8 @@ def _rewrite_replay(argv: list[str]) -> list[str]:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from engine.outputs import AtomicOutput, check_outputs
-    from engine.replay import replay, resolve
+    from goldilocks.outputs import AtomicOutput, check_outputs
+    from goldilocks.replay import replay, resolve
 
     mode = args.bad_records or ("quarantine" if args.quarantine is not None else "fail")
     if mode == "quarantine" and args.quarantine is None:
@@ -269,7 +230,7 @@ def _run_replay(args: argparse.Namespace) -> int:
                               "--quarantine": args.quarantine, "--plot": args.plot})
     plot_out = plot_format = None
     if args.plot:
-        from engine.plot import plot_format as _format
+        from goldilocks.plot import plot_format as _format
 
         plot_format = _format(args.plot)  # matplotlib there, and a suffix it writes
         plot_out = AtomicOutput(args.plot, "plot")  # writable: checked before the replay
@@ -280,7 +241,7 @@ def _run_replay(args: argparse.Namespace) -> int:
                        plot=plot_out is not None, time_unit=args.time_unit,
                        time_format=args.time_format)
         if plot_out is not None:
-            from engine.plot import plot_replay
+            from goldilocks.plot import plot_replay
 
             plot_replay(stats, plot_out.file, format=plot_format)
             plot_out.commit()
@@ -354,3 +315,4 @@ def print_summary(stats, file=None) -> None:
 register_command(Command("replay", "replay recorded event logs through a CTI policy",
                          _configure_replay, _run_replay, description=_REPLAY_HELP,
                          rewrite=_rewrite_replay))
+register_command(SERVE)

@@ -3,14 +3,14 @@ and a client (``docs/protocol.md``).
 
 ::
 
-    from operators.net import Server, connect
+    from goldilocks.net import Server, connect
     server = await Server(goldilocks("5m"), tokens=["s3cret"]).start(ws=("127.0.0.1", 0))
     client = await connect(server.ws_url, token="s3cret")
     await client.publish(from_iterable(events), device="thermo-1").wait()
 """
 
-from operators.net.client import Client, ClientStats, Publication, RemoteOutput, connect
-from operators.net.protocol import (
+from goldilocks.net.client import Client, ClientStats, Publication, RemoteOutput, connect
+from goldilocks.net.protocol import (
     DEFAULT_MAX_FRAME,
     VERSION,
     ConnectionLost,
@@ -19,7 +19,7 @@ from operators.net.protocol import (
     decode_events,
     decode_frame,
 )
-from operators.net.server import ConnectionStats, Server, ServerStats, load_tokens
+from goldilocks.net.server import ConnectionStats, Server, ServerStats, load_tokens
 
 __all__ = [
     "Server",

@@ -1,6 +1,6 @@
 """A vectorised JSON Lines scanner for blocks of records in the flat shape the engine writes.
 
-The orjson parsers of ``engine.eventlog_read`` build a Python dict per record; this scanner
+The orjson parsers of ``eventlog.read`` build a Python dict per record; this scanner
 reads a whole block of lines with numpy instead, when every line has the *flat shape*::
 
     {["seq":INT, | "arrival":INT,]["source":"NAME",]"kind":"KIND"[,"start":INT][,"end":INT][,"payload":P]}
@@ -509,7 +509,7 @@ def scan_block(raw: bytes | bytearray, mode: str | None, table: Any, last_key: i
     ``mode`` is the file's order key (``None``: decided by the first line here); ``last_key``
     the previous record's key, which the block's keys must not go below (TS §5.2). Returns
     ``(mode, kind, source, start, end, has_end, key, payload, raw_lines)`` with the columns of
-    ``engine.eventlog_read.Columns`` (``key``: the order key values, ``None`` for position;
+    ``eventlog.read.Columns`` (``key``: the order key values, ``None`` for position;
     ``payload``: ``Payloads``); source names are added to ``table`` only when the whole
     block is flat. ``times``, if given, is called as ``times(mode, kind, start, end, has_end,
     key)`` before anything is added or changed, and returns the ``(start, end, key)`` to use

@@ -40,7 +40,7 @@ import orjson
 
 from engine.errors import InputError, UsageError
 from engine.event import ADJUSTED, CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
-from engine.eventlog import (
+from eventlog import (
     BAD_RECORD_MODES,
     CTI,
     INSERT,
@@ -59,13 +59,13 @@ from engine.eventlog import (
     late_line,
     merge_columns,
 )
-from engine.eventlog_read import time_scale
-from engine.jsonl_scan import PAD, Payloads, gather
-from engine.jsonl_write import decimals, insert_lines, iso_times, late_text
-from engine.outputs import AtomicOutput, check_outputs, is_path
-from engine.policy import (CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy,
-                           resolve_policy)
+from eventlog.read import time_scale
+from eventlog.scan import PAD, Payloads, gather
+from eventlog.write_columns import decimals, insert_lines, iso_times, late_text
+from goldilocks.outputs import AtomicOutput, check_outputs, is_path
+from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
 from engine.times import to_duration_ns
+from operators.policies import resolve_policy
 
 __all__ = [
     "replay",
@@ -163,7 +163,7 @@ class FileStats:
 
 @dataclass(frozen=True)
 class PlotData:
-    """What ``engine.plot`` draws: per record in arrival order its input code and start, and
+    """What ``goldilocks.plot`` draws: per record in arrival order its input code and start, and
     whether it was late; the emitted CTIs with the row after which each was emitted."""
 
     names: tuple[str | None, ...]
@@ -206,7 +206,7 @@ class ReplayStats:
 
 class _Output:
     """A binary sink: a path (written under a temporary name, put in place by ``close(True)``,
-    removed by ``close(False)``: ``engine.outputs``), a file object, or ``None`` (discard)."""
+    removed by ``close(False)``: ``goldilocks.outputs``), a file object, or ``None`` (discard)."""
 
     def __init__(self, target: Any, what: str) -> None:
         self.atomic: AtomicOutput | None = None
@@ -340,7 +340,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     Outputs given as paths are safe: one that is an input, or the same file as another
     output, is refused before anything is opened (``UsageError``); each is written under a
     temporary name in its directory and renamed into place only when the replay succeeds,
-    so a failed run leaves neither a partial file nor a temporary (``engine.outputs``).
+    so a failed run leaves neither a partial file nor a temporary (``goldilocks.outputs``).
 
     The same logs and options always give the same bytes (TS §5.1). Memory: one chunk per file
     on either path, whatever the length of the log (``plot=True`` keeps, in addition, the
@@ -791,7 +791,7 @@ def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
 
 def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
                late_out: _Output, iso: bool = False) -> None:
-    """Write a chunk whose input lines are canonical (``engine.jsonl_scan``): emitted inserts
+    """Write a chunk whose input lines are canonical (``eventlog.scan``): emitted inserts
     are copied from the input bytes and late lines assembled from them with numpy; only CTIs
     and adjusted lines are built one by one. The bytes are those ``insert_line`` and
     ``late_line`` would write (TS §5.1); with ``iso``, the lines are ``_iso_lines`` and the
@@ -856,7 +856,7 @@ class _Prefixes:
 
 def _iso_lines(chunk, prefixes: _Prefixes):
     """The chunk's insert lines with RFC 3339 times (``insert_line_iso``'s bytes), built with
-    numpy (``engine.jsonl_write.insert_lines``) as ``RawLines`` for ``_write_raw``. Payload
+    numpy (``eventlog.write_columns.insert_lines``) as ``RawLines`` for ``_write_raw``. Payload
     texts come from the scanner's or the Parquet reader's buffer when the chunk has one, else
     each payload is encoded once."""
     n = len(chunk)

@@ -48,7 +48,7 @@ from typing import Any, Iterable, NamedTuple
 from engine.contracts import MAX_DEMAND
 from engine.errors import ClosedError, InputError
 from engine.event import CTI, Event
-from engine.eventlog import RollingFileSink
+from eventlog import RollingFileSink
 from engine.executors import LoopExecutor
 from engine.sources import failed
 from engine.multicast import CursorSubscription
@@ -57,7 +57,7 @@ from engine.subscription import check_subscriber
 from engine.violations import report_violation
 
 from operators.late import LateStats
-from operators.net.protocol import (
+from goldilocks.net.protocol import (
     DEFAULT_MAX_FRAME,
     MAX_BATCH,
     MAX_DEPTH,
@@ -78,7 +78,7 @@ from operators.net.protocol import (
     encode_request,
     event_refusals,
 )
-from operators.net.transport import (
+from goldilocks.net.transport import (
     WS_LOGGER,
     ConnectionClosed,
     TcpTransport,

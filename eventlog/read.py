@@ -20,23 +20,20 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import orjson
 
 from engine.errors import BadRecordError, InputError, TimeFormatError
-from engine.jsonl_scan import PAD, scan_block
 from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, format_rfc3339,
                           looks_unscaled, to_ns)
 
+from eventlog.format import (BAD_RECORD_MODES, CTI, INSERT, JOIN, KIND_CODES, KIND_NAMES, LEAVE,
+                             insert_prefix)
+from eventlog.scan import PAD, scan_block
+
 __all__ = [
-    "KIND_NAMES",
-    "INSERT",
-    "CTI",
-    "JOIN",
-    "LEAVE",
-    "BAD_RECORD_MODES",
     "time_scale",
     "SourceTable",
     "Columns",
@@ -44,13 +41,10 @@ __all__ = [
     "log_format",
     "read_columns",
     "merge_columns",
+    "read_records",
 ]
 
-# kind codes of the column form
-INSERT, CTI, JOIN, LEAVE = 0, 1, 2, 3
-KIND_NAMES = ("insert", "cti", "join", "leave")
-_KINDS = {name: code for code, name in enumerate(KIND_NAMES)}
-BAD_RECORD_MODES = ("fail", "skip", "quarantine")
+_KINDS = KIND_CODES
 
 #: bytes of JSON Lines parsed per chunk (memory bound of the JSON Lines reader)
 CHUNK_BYTES = 4 << 20
@@ -75,7 +69,7 @@ class SourceTable:
         self.names: list[str] = []
         self.codes: dict[Any, int] = {None: -1}
         #: the JSON Lines scanner's lookup of short names by their bytes: sorted words and
-        #: their codes (``engine.jsonl_scan``), ``None`` until it has seen one
+        #: their codes (``eventlog.scan``), ``None`` until it has seen one
         self.scan_words: tuple | None = None
 
     def add(self, name: Any) -> int:
@@ -98,7 +92,7 @@ class Columns:
     replay's ``SourceTable``; ``start``/``end`` int64 ns (``end = start + 1`` for points, ``start``
     for CTIs, 0 for join/leave); ``has_end`` bool (an interval); ``payload`` a list of JSON
     values; ``key`` int64 order key; ``file`` int32 file index; ``line`` int64 line number;
-    ``raw`` the input lines when they are canonical (``engine.jsonl_scan``), else ``None``.
+    ``raw`` the input lines when they are canonical (``eventlog.scan``), else ``None``.
     """
 
     __slots__ = ("kind", "source", "start", "end", "has_end", "payload", "key", "file", "line",
@@ -115,7 +109,7 @@ class Columns:
         self.key = key
         self.file = file
         self.line = line
-        #: ``engine.jsonl_scan.RawLines`` when every row's input line is canonical (a JSON
+        #: ``eventlog.scan.RawLines`` when every row's input line is canonical (a JSON
         #: Lines block in the flat shape), else ``None``; rows picked or merged drop it
         self.raw = raw
 
@@ -771,9 +765,8 @@ def _parquet_columns(batch: Any, st: _FileState, lines: np.ndarray) -> Columns:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine.jsonl_scan import Payloads, canonical_json
-    from engine.jsonl_write import insert_lines
-    from engine.eventlog import insert_prefix
+    from eventlog.scan import Payloads, canonical_json
+    from eventlog.write_columns import insert_lines
 
     n = batch.num_rows
     names = batch.schema.names
@@ -1087,3 +1080,30 @@ def _merge(readers: list[_FileReader]) -> Iterator[Columns]:
         for i in live:
             if pending[i] is None or int(pending[i].key[-1]) <= bound:
                 refill(i)
+
+
+def read_records(paths: Iterable[str | os.PathLike], *, bad_records: str = "fail",
+                 quarantine: BinaryIO | None = None,
+                 time_unit: str | None = None) -> Iterable[dict]:
+    """Merged records as plain dicts (``source, kind, start, end, payload, file, line``).
+
+    A convenience for tests and small tools: one dict per record, in replay order (TS §5.2);
+    memory is one chunk per file. Replay itself works on the columns. ``time_unit``: the
+    unit of integer times (``replay``'s).
+    """
+    table = SourceTable()
+    bad = BadRecords(bad_records, quarantine)
+    for chunk in merge_columns([os.fspath(p) for p in paths], table=table, bad=bad,
+                               time_unit=time_unit):
+        for k, s, st, en, he, pl, f, ln in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                               chunk.start.tolist(), chunk.end.tolist(),
+                                               chunk.has_end.tolist(), chunk.payload,
+                                               chunk.file.tolist(), chunk.line.tolist()):
+            rec: dict[str, Any] = {"source": table.name(s), "kind": KIND_NAMES[k]}
+            if k <= CTI:
+                rec["start"] = st
+                rec["end"] = en if he else None
+            rec["payload"] = pl
+            rec["file"] = f
+            rec["line"] = ln
+            yield rec

@@ -1,6 +1,6 @@
 """Canonical JSON Lines text built from columns with numpy, many rows at a time.
 
-The record encoders of ``engine.eventlog`` (``insert_line``, ``late_line``) format one line
+The record encoders of ``eventlog`` (``insert_line``, ``late_line``) format one line
 per call; the columnar replay path needs the same bytes for whole chunks. Here a row's text
 is laid out as a few fixed-width pieces — a constant, a right-aligned decimal, a name's
 prefix — each with a mask of the bytes it uses; the masked bytes of all rows, read row by
@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from engine.jsonl_scan import RawLines, gather
+from eventlog.scan import RawLines, gather
 
 __all__ = ["decimals", "iso_times", "late_text", "insert_lines", "DIGITS"]
 
@@ -156,7 +156,7 @@ def _iso_slice(values: np.ndarray, text: np.ndarray, digits: np.ndarray) -> None
 def iso_times(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
     """int64 ``values`` as pieces for ``_row_texts`` in the form of ``decimals``: each as a
     JSON string of RFC 3339 UTC with a fraction only as needed, in groups of three digits —
-    the bytes of ``engine.eventlog.iso_time`` — and each one's length. Every int64 renders
+    the bytes of ``eventlog.iso_time`` — and each one's length. Every int64 renders
     (years 1677 to 2262); runs of equal values are converted once."""
     n = len(values)
     distinct, run = _runs(values)

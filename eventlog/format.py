@@ -1,0 +1,143 @@
+"""The event-log format's leaf: kind codes and names, the modes and time formats, and the
+canonical encoders (``docs/event-log.md``).
+
+Canonical JSON Lines: compact, keys in the order ``source, kind, start, end, payload``, times
+as int nanoseconds (or RFC 3339 text with ``time_format="iso"``), so the same events always
+give the same bytes (TS §5.1). Readers and writers both build on this module; it imports
+nothing of ``eventlog`` itself.
+
+>>> from engine.event import Event
+>>> encode_event(Event.point(5, payload={"v": 1}, source="A"))
+b'{"source":"A","kind":"insert","start":5,"payload":{"v":1}}\\n'
+>>> encode_event(Event.cti(3))
+b'{"kind":"cti","start":3}\\n'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from engine.event import CTI as _CTI_KIND
+from engine.event import INTERVAL, Event, LateRecord
+from engine.times import format_rfc3339
+
+__all__ = [
+    "INSERT",
+    "CTI",
+    "JOIN",
+    "LEAVE",
+    "KIND_NAMES",
+    "KIND_CODES",
+    "BAD_RECORD_MODES",
+    "TIME_FORMATS",
+    "insert_prefix",
+    "insert_line",
+    "cti_line",
+    "late_line",
+    "iso_time",
+    "insert_line_iso",
+    "cti_line_iso",
+    "late_line_iso",
+    "encode_event",
+    "encode_late",
+]
+
+#: kind codes of the column form, and their names in a record
+INSERT, CTI, JOIN, LEAVE = 0, 1, 2, 3
+KIND_NAMES = ("insert", "cti", "join", "leave")
+KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
+#: what a reader does with a bad record (TS §5.3)
+BAD_RECORD_MODES = ("fail", "skip", "quarantine")
+
+_dumps = orjson.dumps
+
+
+def insert_prefix(source: str | None) -> bytes:
+    """The bytes of a canonical insert line up to its start value."""
+    if source is None:
+        return b'{"kind":"insert","start":'
+    return b'{"source":' + _dumps(source) + b',"kind":"insert","start":'
+
+
+def insert_line(prefix: bytes, start: int, end: int | None, payload: Any) -> bytes:
+    """A canonical insert line; ``end`` is ``None`` for a point."""
+    if end is None:
+        if payload is None:
+            return b"%b%d}\n" % (prefix, start)
+        return b'%b%d,"payload":%b}\n' % (prefix, start, _dumps(payload))
+    if payload is None:
+        return b'%b%d,"end":%d}\n' % (prefix, start, end)
+    return b'%b%d,"end":%d,"payload":%b}\n' % (prefix, start, end, _dumps(payload))
+
+
+def cti_line(t: int) -> bytes:
+    """A canonical CTI line of the merged stream (no source)."""
+    return b'{"kind":"cti","start":%d}\n' % t
+
+
+def late_line(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
+    """A late-file line from the late event's canonical insert ``line``."""
+    if adjusted_start is None:
+        return b'%b,"cti":%d,"action":"%b"}\n' % (line[:-2], cti, action.encode())
+    return b'%b,"cti":%d,"action":"%b","adjusted_start":%d}\n' % (
+        line[:-2], cti, action.encode(), adjusted_start)
+
+
+# -- the same lines with RFC 3339 times (``time_format="iso"``) --------------------------
+
+#: the time formats of written logs: integer nanoseconds (canonical) or RFC 3339 UTC text
+TIME_FORMATS = ("ns", "iso")
+
+
+def iso_time(t: int) -> bytes:
+    """``t`` as a JSON string of RFC 3339 UTC (``engine.times.format_rfc3339``: a fraction
+    only as needed, in groups of three digits)."""
+    return b'"%b"' % format_rfc3339(t).encode()
+
+
+def insert_line_iso(prefix: bytes, start: int, end: int | None, payload: Any) -> bytes:
+    """``insert_line`` with RFC 3339 times (``iso_time``)."""
+    line = b"%b%b" % (prefix, iso_time(start))
+    if end is not None:
+        line += b',"end":%b' % iso_time(end)
+    if payload is not None:
+        line += b',"payload":%b' % _dumps(payload)
+    return line + b"}\n"
+
+
+def cti_line_iso(t: int) -> bytes:
+    """``cti_line`` with an RFC 3339 time."""
+    return b'{"kind":"cti","start":%b}\n' % iso_time(t)
+
+
+def late_line_iso(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
+    """``late_line`` with RFC 3339 times, from the late event's ``insert_line_iso``."""
+    if adjusted_start is None:
+        return b'%b,"cti":%b,"action":"%b"}\n' % (line[:-2], iso_time(cti), action.encode())
+    return b'%b,"cti":%b,"action":"%b","adjusted_start":%b}\n' % (
+        line[:-2], iso_time(cti), action.encode(), iso_time(adjusted_start))
+
+
+def encode_event(event: Event) -> bytes:
+    """One canonical line for an event; a CTI keeps its source if it has one."""
+    if event.kind == _CTI_KIND:
+        if event.source is None:
+            return cti_line(event.start)
+        return b'{"source":%b,"kind":"cti","start":%d}\n' % (_dumps(event.source), event.start)
+    end = event.end if event.kind == INTERVAL else None
+    return insert_line(insert_prefix(event.source), event.start, end, event.payload)
+
+
+def encode_late(record: LateRecord, time_format: str = "ns") -> bytes:
+    """One late-file line for a ``LateRecord`` (an insert line plus cti, action,
+    adjusted_start); ``time_format="iso"``: with RFC 3339 times."""
+    ev = record.event
+    end = ev.end if ev.kind == INTERVAL else None
+    adjusted = record.adjusted.start if record.adjusted is not None else None
+    if time_format == "iso":
+        line = insert_line_iso(insert_prefix(record.input), ev.start, end, ev.payload)
+        return late_line_iso(line, record.cti, record.action, adjusted)
+    line = insert_line(insert_prefix(record.input), ev.start, end, ev.payload)
+    return late_line(line, record.cti, record.action, adjusted)
