@@ -331,7 +331,7 @@ class TransformProcessor(PublisherBase):
         if error is None:
             raise TypeError("RS §2.13: on_error() requires an exception, got None")
         if self._relay is not None:
-            self._relay.error(error)
+            self._relay.fail(error)
         else:
             self._output.on_error(error)
 

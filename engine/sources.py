@@ -160,7 +160,7 @@ class _Failed(PublisherBase):
     def subscribe(self, subscriber: Any) -> None:
         check_subscriber(subscriber)
         subscription = SubscriptionBase(subscriber, INLINE)
-        subscription._error = self._error  # RS §2.10: on_error without any request
+        subscription.finish(self._error)  # RS §2.10: on_error without any request
         subscription.start()
 
     def __repr__(self) -> str:
@@ -232,7 +232,7 @@ class _AsyncIterableSubscription(BufferedSubscription):
                     self.complete()
                     return
                 if item is None:
-                    self.error(_none_element(position))
+                    self.fail(_none_element(position))
                     return
                 position += 1
                 self._wanted -= 1
@@ -240,7 +240,7 @@ class _AsyncIterableSubscription(BufferedSubscription):
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            self.error(err)
+            self.fail(err)
         finally:
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None and self._done:

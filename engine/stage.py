@@ -105,7 +105,7 @@ class _StageSubscription(BufferedSubscription):
             outputs = self._step(item)
         except Exception as err:
             self._stop_upstream()
-            self.error(err)
+            self.fail(err)
             return
         if outputs:
             buffer = self._buffer
@@ -121,7 +121,7 @@ class _StageSubscription(BufferedSubscription):
         if error is None:
             raise TypeError("RS §2.13: on_error() requires an exception, got None")
         self._stopped = True
-        self.error(error)  # RS §4.2: passed on at once
+        self.fail(error)  # RS §4.2: passed on at once
 
     def inner_complete(self) -> None:
         if self._stopped:
@@ -131,7 +131,7 @@ class _StageSubscription(BufferedSubscription):
             try:
                 outputs = self._flush()
             except Exception as err:
-                self.error(err)
+                self.fail(err)
                 return
             self._buffer.extend(outputs or ())
         self.complete()

@@ -16,7 +16,7 @@ Subclasses provide the elements:
 
 - ``_prepare()`` — once, after ``on_subscribe`` (e.g. open an iterator);
 - ``_emit(subscriber, limit) -> int`` — deliver up to ``limit`` elements, return how many;
-  set ``self._completed`` when the source is exhausted or ``self._error`` when it failed;
+  call ``finish()`` when the source is exhausted, ``finish(error)`` when it failed;
 - ``_drained() -> bool`` — whether nothing is left to deliver (completion waits for it);
 - ``_on_emitted(n)`` — after elements left (replenish upstream);
 - ``_on_finish(cancelled)`` — once, when the subscription ends (release upstream resources).
@@ -146,6 +146,31 @@ class SubscriptionBase:
         if self._cancelled or self._done:
             return
         self._cancelled = True  # RS §3.12: the drain stops signalling and drops references
+        self.signal()
+
+    # ------------------------------------------------------------------ ending the stream
+    def finish(self, error: BaseException | None = None) -> None:
+        """Record how the stream ends, without scheduling anything: with ``error`` (the first
+        error recorded wins), delivered at once, ahead of buffered elements and regardless of
+        demand (RS §4.2, §2.10); without, completion once everything buffered has been
+        delivered (RS §2.9). The next drain turn delivers it: call ``signal()`` (or
+        ``start()``) after, outside any lock of the caller's, since the drain may run inline.
+        """
+        if error is None:
+            self._completed = True
+        elif self._error is None:
+            self._error = error
+
+    def complete(self) -> None:
+        """End the stream once everything buffered has been delivered (RS §2.9). Any thread."""
+        self.finish()
+        self.signal()
+
+    def fail(self, error: BaseException) -> None:
+        """End the stream with ``error`` at once (RS §4.2; the first error wins). Any thread."""
+        if error is None:
+            raise TypeError("fail() requires an exception, got None")
+        self.finish(error)
         self.signal()
 
     # ------------------------------------------------------------------ scheduling
@@ -321,7 +346,7 @@ class BufferedSubscription(SubscriptionBase):
 
     ``offer`` never blocks: it returns False when the buffer holds ``capacity`` elements, and
     the producer is expected to respect the demand it was given instead. Memory is
-    O(``capacity``). ``complete()`` and ``error(exc)`` end the stream (error at once, RS §4.2).
+    O(``capacity``). ``complete()`` and ``fail(exc)`` end the stream (an error at once, RS §4.2).
     """
 
     __slots__ = ("_buffer", "capacity", "peak")
@@ -349,15 +374,6 @@ class BufferedSubscription(SubscriptionBase):
                 return True
         self._schedule()
         return True
-
-    def complete(self) -> None:
-        self._completed = True
-        self.signal()
-
-    def error(self, error: BaseException) -> None:
-        if self._error is None:
-            self._error = error
-        self.signal()
 
     @property
     def buffered(self) -> int:

@@ -574,7 +574,7 @@ class _RemoteSubscription(BufferedSubscription):
             self.complete()
         elif ftype == "error":
             self._end()
-            self.error(RemoteError(frame.code or "error", frame.message or "", stream=self.id))
+            self.fail(RemoteError(frame.code or "error", frame.message or "", stream=self.id))
         else:
             raise ProtocolError("out_of_order", f"{ftype} frame from the server on subscribe "
                                 f"stream {self.id}; expected next, complete or error",
@@ -588,7 +588,7 @@ class _RemoteSubscription(BufferedSubscription):
     def _lost(self, reason: BaseException) -> None:
         if self.state == OPEN:
             self.state = FAILED
-            self.error(reason)
+            self.fail(reason)
 
     def _on_emitted(self, count: int) -> None:
         self._client._on_loop(self._top_up)
