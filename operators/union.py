@@ -301,6 +301,40 @@ class InputHandle:
         """Take the input out: its subscription is cancelled; what already arrived is merged."""
         self._input.union._remove(self._input)
 
+    def _check_open(self) -> None:
+        inp = self._input
+        if inp.left:
+            raise ClosedError(f"input {self.name!r} has left the union "
+                              f"({inp.state}); nothing more can be sent")
+        error = inp.union._error
+        if error is not None:  # TS §3.3: refused loudly rather than queued and never merged
+            raise ClosedError(f"input {self.name!r}: {inp.union.name} failed ({error!r}); "
+                              "nothing more can be sent") from error
+
+    def try_send_many(self, events: Sequence[Event]) -> int:
+        """Send the longest prefix of ``events`` that credit allows as one batch: one queue
+        item, one wake-up of the merge, the policy run over it in one loop. Returns how many
+        were sent (the batch path for high-rate producers).
+
+        On an input added with ``add``, this is the batch way in for the publisher's own
+        side: arrivals handed over here count against the credit its subscription was
+        granted, exactly as ``on_next`` would (RS §1.1), and must come from the same producer,
+        serially with its signals (RS §1.3)."""
+        self._check_open()
+        inp = self._input
+        room = inp.requested - inp.received
+        if room <= 0 or not events:
+            return 0
+        batch = events if len(events) <= room else events[:room]
+        union = inp.union
+        with inp.gate:  # see _Input.gate
+            if inp.left:  # removed meanwhile: refused as a whole, as _check_open would
+                self._check_open()
+            batch = inp.accept_many(batch, "try_send_many")
+            union._queue.append((inp, _Batch(batch, [(inp, len(batch))])))
+        union._wake()
+        return len(batch)
+
     def __repr__(self) -> str:
         return f"InputHandle({self.name!r})"
 
@@ -332,16 +366,6 @@ class Emitter(InputHandle):
         inp = self._input
         return inp.requested - inp.received
 
-    def _check_open(self) -> None:
-        inp = self._input
-        if inp.left:
-            raise ClosedError(f"input {self.name!r} has left the union "
-                              f"({inp.state}); nothing more can be sent")
-        error = inp.union._error
-        if error is not None:  # TS §3.3: refused loudly rather than queued and never merged
-            raise ClosedError(f"input {self.name!r}: {inp.union.name} failed ({error!r}); "
-                              "nothing more can be sent") from error
-
     def try_send(self, event: Event) -> bool:
         """Send if there is credit; return False (nothing sent) if there is none."""
         if event is None:
@@ -351,25 +375,6 @@ class Emitter(InputHandle):
             return False
         self._input.on_next(event)
         return True
-
-    def try_send_many(self, events: Sequence[Event]) -> int:
-        """Send the longest prefix of ``events`` that credit allows as one batch: one queue
-        item, one wake-up of the merge, the policy run over it in one loop. Returns how many
-        were sent (the batch path for high-rate producers)."""
-        self._check_open()
-        inp = self._input
-        room = inp.requested - inp.received
-        if room <= 0 or not events:
-            return 0
-        batch = events if len(events) <= room else events[:room]
-        union = inp.union
-        with inp.gate:  # see _Input.gate
-            if inp.left:  # removed meanwhile: refused as a whole, as _check_open would
-                self._check_open()
-            batch = inp.accept_many(batch, "try_send_many")
-            union._queue.append((inp, _Batch(batch, [(inp, len(batch))])))
-        union._wake()
-        return len(batch)
 
     async def send(self, event: Event) -> None:
         """Send, first waiting (on the running loop, no thread blocked) for credit.

@@ -18,8 +18,8 @@ by the slowest member, with remote subscribers (``subscribe`` streams, paced by 
 With no member, the output is counted and let go, so the union keeps merging (it is live).
 
 Everything runs on one asyncio loop; the union's merge runs on it too (``LoopExecutor``). A
-``next`` frame's events reach the union as one batch (``Emitter.try_send_many``: one lock, one
-wake of the merge) and are merged in one drain turn.
+``next`` frame's events reach the union as one batch (``InputHandle.try_send_many``: one lock,
+one wake of the merge) and are merged in one drain turn.
 
 Bounds (all in ``stats()``): ``max_connections`` set up, and ``max_pending`` in setup
 (``setup_timeout`` each, a setup frame of at most ``MAX_SETUP_FRAME`` bytes); ``max_streams``
@@ -85,7 +85,7 @@ from goldilocks.net.transport import (
     Transport,
     WebSocketTransport,
 )
-from operators.union import Emitter, Union, UnionStats
+from operators.union import InputHandle, Union, UnionStats
 
 __all__ = ["Server", "ServerStats", "ConnectionStats", "load_tokens"]
 
@@ -177,7 +177,7 @@ class _DeviceStream:
     the union's input holds on it. Runs on the server's loop; ``request``/``cancel`` may be
     called from any thread and hop onto it."""
 
-    __slots__ = ("conn", "id", "device", "subscriber", "handle", "arrivals", "granted",
+    __slots__ = ("conn", "id", "device", "subscriber", "handle", "granted",
                  "received", "refused", "state")
 
     kind = "publish"
@@ -187,8 +187,7 @@ class _DeviceStream:
         self.id = stream_id
         self.device = device
         self.subscriber: Any = None
-        self.handle: Any = None
-        self.arrivals: Emitter | None = None  # the input's batch path (see on_next_frame)
+        self.handle: InputHandle | None = None  # set once the union has the input
         self.granted = 0     # credit sent to the device in all (RS §3.8)
         self.received = 0    # events accepted from the device
         self.refused = 0
@@ -278,7 +277,7 @@ class _DeviceStream:
         sent = 0
         if events:
             try:
-                sent = self.arrivals.try_send_many(events)  # type: ignore[union-attr]
+                sent = self.handle.try_send_many(events)  # type: ignore[union-attr]
             except ClosedError:
                 sent = 0  # the input left meanwhile (RS §2.8): counted, not merged
         self.conn.events_in += sent
@@ -838,11 +837,9 @@ class _Connection:
         stream = _DeviceStream(self, sid, frame.device)  # type: ignore[arg-type]
         self.streams[sid] = stream
         try:
-            stream.handle = server.union.add(_DevicePublisher(stream), name=frame.device)
             # Credit flows through the publisher's subscription (the union's request(n) goes
-            # out as request frames); arrivals take the union's batch path on the same input.
-            # The union offers no public accessor for it yet, hence the input reached directly.
-            stream.arrivals = Emitter(stream.handle._input)
+            # out as request frames); arrivals take the input's batch path (try_send_many).
+            stream.handle = server.union.add(_DevicePublisher(stream), name=frame.device)
         except (InputError, ClosedError) as err:
             del self.streams[sid]
             stream.state = FAILED
