@@ -105,7 +105,7 @@ class Event:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Event:
             return NotImplemented
-        return self._key() == other._key()  # type: ignore[union-attr]
+        return self._key() == other._key()
 
     def __hash__(self) -> int:
         try:
@@ -157,7 +157,7 @@ class LateRecord:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not LateRecord:
             return NotImplemented
-        return self._key() == other._key()  # type: ignore[union-attr]
+        return self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash((self.input, self.cti, self.action, self.event.start))

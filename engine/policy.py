@@ -91,9 +91,9 @@ def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list,
             ctis.append(event)
         state, outputs = step(state, event)
         for out in outputs:
-            if out.__class__ is Event:
-                emitted.append(out)
-            else:
+            if isinstance(out, LateRecord):
                 late.append((out.input, out.event, out.cti, out.action, out.adjusted))
+            else:
+                emitted.append(out)
     return state, emitted, late, ctis
 

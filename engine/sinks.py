@@ -19,7 +19,7 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import logging
 
@@ -379,4 +379,4 @@ class PublisherBase:
     __slots__ = ()
 
     def __aiter__(self) -> _AsyncIterator:
-        return iterate(self)
+        return iterate(cast(Publisher, self))

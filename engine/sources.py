@@ -39,14 +39,15 @@ class _IterableSubscription(SubscriptionBase):
 
     def __init__(self, subscriber: Any, iterable: Iterable[Any], executor: Executor) -> None:
         super().__init__(subscriber, executor)
-        self._iterable = iterable
+        self._iterable: Iterable[Any] | None = iterable
         self._iterator: Any = None
         self._next: Any = _END
         self._position = 0
 
     def _prepare(self) -> None:
-        iterator = self._iterator = iter(self._iterable)  # user code: may raise → on_error
-        self._iterable = None
+        iterable, self._iterable = self._iterable, None  # opened once: the iterator holds it
+        assert iterable is not None
+        iterator = self._iterator = iter(iterable)  # user code: may raise → on_error
         try:
             self._next = next(iterator)
         except StopIteration:

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
 
 import numpy as np
 import orjson
@@ -996,7 +996,8 @@ def read_columns(path: str, *, index: int = 0, table: SourceTable | None = None,
 
 def merge_columns(paths: Sequence[str], *, table: SourceTable, bad: BadRecords,
                   on_bytes: Callable[[int], None] | None = None,
-                  modes: list | None = None, time_unit: str | None = None) -> Iterator[Columns]:
+                  modes: list | None = None,
+                  time_unit: str | None = None) -> Generator[Columns, None, None]:
     """Merge files by ``(order key, file index, line)`` (TS §5.2), streaming, in chunks.
 
     A row is released once no unread row of another file can sort before it: every file's

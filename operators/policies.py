@@ -70,12 +70,13 @@ def _check_on_late(who: str, on_late: object) -> str:
         raise InputError(
             f"{who}: on_late={on_late!r} is not a late policy; expected 'drop' or 'adjust'"
         )
-    return on_late  # type: ignore[return-value]
+    return on_late
 
 
 def _late(event: Event, high: int, adjust: bool) -> tuple:
     """Outputs for an insert that starts before the CTI in force ``high`` (TS §2.4)."""
-    if adjust and event.end > high:  # TS §3.2: still overlaps; a point [s, s+1) with s < high never does
+    # TS §3.2: still overlaps; a point [s, s+1) with s < high never does (an insert's end is an int)
+    if adjust and event.end > high:  # type: ignore[operator]
         clipped = Event(event.kind, high, event.end, event.payload, event.source)
         return clipped, LateRecord(event.source, event, high, ADJUSTED, clipped)  # TS §3.3
     return (LateRecord(event.source, event, high, DROPPED),)  # TS §3.1, §3.3
@@ -172,7 +173,7 @@ class GoldilocksPolicy:
             if e.kind != cti:
                 if e.start >= high:  # TS §2.4
                     emit(e)
-                elif adjust and e.end > high:  # TS §3.2
+                elif adjust and e.end > high:  # type: ignore[operator]  # TS §3.2
                     clipped = Event(e.kind, high, e.end, e.payload, e.source)
                     emit(clipped)
                     late.append((e.source, e, high, ADJUSTED, clipped))
@@ -296,15 +297,15 @@ class MinPolicy:
             ctis = state.ctis + ((source, t),)
             return self._advance(state.high, ctis, state.live | {source})
         changed = False
-        ctis = []
+        updated: list[tuple[str, int]] = []
         for name, latest in state.ctis:
             if name == source and t > latest:
                 latest = t
                 changed = True
-            ctis.append((name, latest))
+            updated.append((name, latest))
         if not changed:
             return state, _NONE
-        return self._advance(state.high, tuple(ctis), state.live)
+        return self._advance(state.high, tuple(updated), state.live)
 
     def join(self, state: MinState, source: str) -> tuple[MinState, tuple]:
         """``source`` joins at ``MIN_TIME``: it holds time back until its first CTI."""

@@ -288,7 +288,8 @@ class EventLogReader(DataSourceReader):
                                  "one replay must use the same order key (TS §5.2)")
         return [FilePartition(f, i) for i, f in enumerate(files)]
 
-    def read(self, partition: FilePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, FilePartition)  # ours: made by partitions() above
         yield from read_file_batches(partition.path, partition.index, None, self.options)
 
 
@@ -342,7 +343,8 @@ class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [FilePartition(path, n, part=n)
                 for n, path in list_parts(self.directory, self.prefix) if lo.part < n <= hi.part]
 
-    def read(self, partition: FilePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, FilePartition)  # ours: made by partitions() above
         yield from read_file_batches(partition.path, partition.index, partition.part,
                                      self.options)
 

@@ -126,7 +126,7 @@ def run_stage_batch(config: StageConfig, pdf: Any, cti: int | None, blob: bytes 
         is_cti = kind[idx] == KIND_CTI
         s = start[idx]
         e = np.where(has_end[idx], end_v[idx], s + 1)
-        codes, after, state = policy.run_columns(is_cti, s, e, state)
+        codes, after, state = policy.run_columns(is_cti, s, e, state)  # type: ignore[attr-defined]
         seen = (np.cumsum(is_cti) > 0) | (cti is not None)
         keep[idx] = codes != CTI_SUPPRESS
         # an emitted CTI starts at its delayed time, an adjusted insert at the CTI it

@@ -210,6 +210,26 @@ def test_the_checkout_runs_without_being_installed(tmp_path):
     assert (tmp_path / "a.jsonl").stat().st_size > 0
 
 
+def test_the_packages_type_check():
+    """The types are checked with the tests: mypy over every package, as configured in
+    pyproject.toml (``[tool.mypy]``)."""
+    from mypy import api
+
+    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"),
+                                "--cache-dir", str(ROOT / ".mypy_cache")])
+    assert status == 0, out + err
+
+
+def test_docstring_examples_run_with_the_tests():
+    """``>>>`` examples in the packages are doctests the suite collects (``--doctest-modules``
+    over every package), so a docstring cannot promise what the code does not do."""
+    from tomllib import loads
+
+    options = loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]
+    assert "--doctest-modules" in options["ini_options"]["addopts"]
+    assert set(FLOORS) <= set(options["ini_options"]["testpaths"])
+
+
 @pytest.mark.parametrize("package", sorted(FLOORS))
 def test_every_module_declares_its_surface(package):
     missing = []

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any, NamedTuple
 
 from engine.contracts import MAX_DEMAND
@@ -58,7 +59,7 @@ def _register(probe: SignalLog) -> None:
 def stack_depth() -> int:
     """Frames on the calling thread's stack."""
     depth = 0
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         depth += 1
         frame = frame.f_back

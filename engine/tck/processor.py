@@ -133,7 +133,8 @@ class ProcessorVerification(PublisherVerification, SubscriberWhiteboxVerificatio
 
     @rule("4.1", "1.1")
     def test_rs_4_1_paced_by_the_slowest_subscriber(self) -> None:
-        if self.max_upstream_lead is None:
+        lead = self.max_upstream_lead
+        if lead is None:
             skip("max_upstream_lead is None: the processor's buffer bound is not declared")
         processor, upstream = self._fed()
         fast = self._subscribe(processor, name="fast")
@@ -141,13 +142,13 @@ class ProcessorVerification(PublisherVerification, SubscriberWhiteboxVerificatio
         fast.request(10_000)
         slow.request(1)
         sent = 0
-        for _ in range(4 * self.max_upstream_lead):
+        for _ in range(4 * lead):
             moved = self._feed(processor, upstream, sent, 10_000)
             sent += moved
             if not moved:
                 break
         upstream.wait_quiet()
-        assert upstream.requested <= slow.received + self.max_upstream_lead, (
+        assert upstream.requested <= slow.received + lead, (
             f"the processor asked for {upstream.requested} elements while its slowest "
             f"subscriber took {slow.received} (declared lead {self.max_upstream_lead})")
         slow.request(10_000)

@@ -354,7 +354,7 @@ class PublisherVerification:
             probe.request(10)
         for probe in probes:
             probe.expect_terminal()
-            assert probe.terminal.kind == "on_complete"
+            assert probe.terminal is not None and probe.terminal.kind == "on_complete"
         if not self.hot:
             assert probes[0].items == probes[1].items == probes[2].items
 

@@ -19,7 +19,7 @@ import threading
 import time
 import unittest
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from engine.violations import Violation, set_violation_handler
 
@@ -75,7 +75,7 @@ RULES: dict[str, str] = {
 }
 
 
-def skip(reason: str) -> None:
+def skip(reason: str) -> NoReturn:
     """Skip the running kit test (shown as a skip with ``reason``)."""
     raise unittest.SkipTest(reason)
 

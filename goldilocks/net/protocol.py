@@ -488,7 +488,7 @@ def _too_deep(payloads: list) -> bool:
         depth += 1
         if depth > MAX_DEPTH:
             return True
-        deeper = []
+        deeper: list[Any] = []
         append = deeper.append
         for container in level:
             for v in (container.values() if container.__class__ is dict else container):

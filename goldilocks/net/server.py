@@ -448,7 +448,9 @@ class _Fanout:
         self._schedule()
 
     def subscribe_local(self, subscriber: Any) -> None:
-        member = _LocalMember(subscriber, self, 0, LoopExecutor(self.server._loop))
+        loop = self.server._loop
+        assert loop is not None, "the server is started before anyone subscribes"
+        member = _LocalMember(subscriber, self, 0, LoopExecutor(loop))
         self.join(member)
         member.start()
 
@@ -972,10 +974,10 @@ class Server(PublisherBase):
             self._listeners.append(listener)
             self.ws_address = listener.sockets[0].getsockname()[:2]
         if tcp is not None:
-            listener = await asyncio.start_server(self._on_tcp, tcp[0], tcp[1],
-                                                  limit=READER_LIMIT)
-            self._listeners.append(listener)
-            self.tcp_address = listener.sockets[0].getsockname()[:2]
+            tcp_listener = await asyncio.start_server(self._on_tcp, tcp[0], tcp[1],
+                                                      limit=READER_LIMIT)
+            self._listeners.append(tcp_listener)
+            self.tcp_address = tcp_listener.sockets[0].getsockname()[:2]
         return self
 
     @property
