@@ -12,13 +12,13 @@ subscription: O(``prefetch``).
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Callable
 from typing import Any
 
 from engine.contracts import Publisher
 from engine.stage import step_operator
 
+# the names shadow the builtins map and filter on purpose: they are operators for ``pipe``
 __all__ = ["map", "filter", "scan"]
 
 _NOTHING: tuple[()] = ()
@@ -72,5 +72,3 @@ def scan(fn: Callable[[Any, Any], Any], initial: Any, *,
     return step_operator(make_step, name=f"scan({getattr(fn, '__name__', 'fn')})",
                          prefetch=prefetch)
 
-
-_ = builtins  # the names above shadow builtins on purpose, as operator names

@@ -30,6 +30,7 @@ room. A CTI is never refused.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import count
 
 from sortedcontainers import SortedKeyList
@@ -37,11 +38,24 @@ from sortedcontainers import SortedKeyList
 from engine.errors import InputError
 from engine.event import CTI, Event
 
-__all__ = ["ReorderBuffer"]
+__all__ = ["ReorderBuffer", "ReorderStats"]
 
 
 def _key(item: tuple[int, int, Event]) -> tuple[int, int]:
     return item[0], item[1]
+
+
+@dataclass(frozen=True, slots=True)
+class ReorderStats:
+    """A ``ReorderBuffer``'s accounting: ``buffered + late_pending <= capacity`` always."""
+
+    buffered: int              # inserts held, waiting for a CTI to pass them
+    late_pending: int          # late inserts held apart until taken
+    peak: int                  # most ever held
+    capacity: int              # the bound
+    released: int              # inserts released in all
+    late: int                  # late inserts in all
+    last_cti: int | None       # the last CTI seen
 
 
 class ReorderBuffer:
@@ -135,12 +149,10 @@ class ReorderBuffer:
         self._released += len(out)
         return out, self.take_late()
 
-    def stats(self) -> dict:
-        """``buffered``, ``late_pending``, ``peak`` (most ever held), ``capacity``, and totals."""
-        return {"buffered": len(self._items), "late_pending": len(self._late),
-                "peak": self._peak, "capacity": self.capacity,
-                "released": self._released, "late": self._late_total,
-                "last_cti": self._last_cti}
+    def stats(self) -> ReorderStats:
+        """What is held now against the bound, the most ever held, and the totals."""
+        return ReorderStats(len(self._items), len(self._late), self._peak, self.capacity,
+                            self._released, self._late_total, self._last_cti)
 
     def _check(self) -> None:
         """Invariants: sorted by (start, arrival); bounded by ``capacity``; nothing buffered

@@ -29,13 +29,25 @@ Time O(1) per event, memory O(1).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.errors import InputError
 from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
 from engine.times import MAX_TIME, MIN_TIME, to_duration_ns
 
-__all__ = ["AdvanceTime"]
+__all__ = ["AdvanceTime", "AdvanceStats"]
 
 _NONE: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceStats:
+    """An ``AdvanceTime``'s state, for ``stats()``."""
+
+    max_start: int | None      # the largest insert start seen
+    last_cti: int | None       # the last CTI passed on (generated or from upstream)
+    since_cti: int             # inserts since the last generated CTI (< every_events)
+    generated: int             # CTIs generated in all
 
 
 class AdvanceTime:
@@ -154,9 +166,10 @@ class AdvanceTime:
         self._generated += 1
         return (Event(CTI, candidate, None, None, None),)
 
-    def stats(self) -> dict:
-        return {"max_start": self._max_start, "last_cti": self._last_cti,
-                "since_cti": self._count, "generated": self._generated}
+    def stats(self) -> AdvanceStats:
+        """Where the generator stands: the largest start seen, the last CTI passed on, the
+        inserts since it, and the CTIs generated in all."""
+        return AdvanceStats(self._max_start, self._last_cti, self._count, self._generated)
 
     def _check(self) -> None:
         """Invariants: a generated CTI never exceeds the largest start passed less the delay

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from engine.errors import InputError
 from engine.event import CTI, Event
-from operators.reorder_buffer import ReorderBuffer
+from operators.reorder_buffer import ReorderBuffer, ReorderStats
 
 
 def p(t, payload=None):
@@ -23,8 +23,8 @@ def test_marble():
     assert buf.push(p(9)) and buf.push(p(2))
     assert buf.release(10) == ([p(7), p(9), Event.cti(10)], [p(2)])
     buf._check()
-    assert buf.stats() == {"buffered": 0, "late_pending": 0, "peak": 3, "capacity": 10,
-                           "released": 4, "late": 1, "last_cti": 10}
+    assert buf.stats() == ReorderStats(buffered=0, late_pending=0, peak=3, capacity=10,
+                                       released=4, late=1, last_cti=10)
 
 
 def test_ties_release_in_arrival_order_and_exactly_at_the_cti_stays():  # TS §2.4
@@ -51,7 +51,7 @@ def test_full_buffer_returns_false_and_takes_nothing():
     buf = ReorderBuffer(capacity=2)
     assert buf.push(p(3)) and buf.push(p(1))
     assert buf.push(p(2)) is False
-    assert len(buf) == 2 and buf.stats()["peak"] == 2
+    assert len(buf) == 2 and buf.stats().peak == 2
     assert buf.release(2) == ([p(1), Event.cti(2)], [])
     assert buf.push(p(2)) is True
     buf._check()
@@ -128,8 +128,8 @@ def test_matches_sorted_reference(operations, capacity):
             assert buf.take_late() == late_pending
             late_pending = []
         buf._check()
-        assert buf.stats()["buffered"] == len(pending)
-        assert buf.stats()["late_pending"] == len(late_pending)
+        assert buf.stats().buffered == len(pending)
+        assert buf.stats().late_pending == len(late_pending)
     rest, late = buf.flush()
     assert rest == [x[2] for x in sorted(pending)] and late == late_pending
     # the released stream obeys TS §2.1 and §2.3

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from engine.errors import InputError
 from engine.event import CTI, Event, LateRecord
 from engine.times import MAX_TIME, MIN_TIME
-from operators.timegen import AdvanceTime
+from operators.timegen import AdvanceStats, AdvanceTime
 
 
 def run(gen, events, *, flush=False, to_infinity=False):
@@ -36,7 +36,7 @@ def test_every_n_events_with_delay_marble():
     emitted, late = run(gen, [p(t) for t in (5, 3, 9, 6, 4, 8)])
     assert emitted == [p(5), p(3), Event.cti(3), p(9), p(6), Event.cti(7), p(8)]
     assert late == [LateRecord(None, p(4), 7, "dropped")]
-    assert gen.stats() == {"max_start": 9, "last_cti": 7, "since_cti": 1, "generated": 2}
+    assert gen.stats() == AdvanceStats(max_start=9, last_cti=7, since_cti=1, generated=2)
 
 
 def test_every_duration():
