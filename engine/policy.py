@@ -16,13 +16,14 @@ The policies themselves, and finding one by name, are in ``operators.policies``.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from engine.event import CTI, Event, LateRecord
 
 __all__ = [
     "Policy",
     "Outputs",
+    "LateEntry",
     "step_many",
     "EMIT",
     "EMIT_ADJUSTED",
@@ -40,6 +41,22 @@ CTI_SUPPRESS = 4   # a CTI that did not advance time: not emitted
 
 #: what a step returns: events to emit and late records, in order
 Outputs = tuple[Event | LateRecord, ...]
+
+
+class LateEntry(NamedTuple):
+    """A late decision of ``step_many``: the fields of the ``LateRecord`` it stands for
+    (``LateRecord(*entry)``), which is built only if the late side output keeps it.
+
+    Build one with ``tuple.__new__(LateEntry, (input, event, cti, action, adjusted))`` on a
+    hot path: a third of the cost of calling the class, whose ``__new__`` is Python.
+    """
+
+    input: str | None       # the input (device) name
+    event: Event            # the event as it arrived
+    cti: int                # the CTI it violated
+    action: str             # "dropped" or "adjusted"
+    adjusted: Event | None  # the clipped event emitted instead, for "adjusted"
+
 
 @runtime_checkable
 class Policy(Protocol):
@@ -59,9 +76,9 @@ class Policy(Protocol):
 
     # Optional: ``step_many(state, events) -> (state, emitted, late, ctis)`` runs ``step``
     # over consecutive arrivals in one call: ``emitted`` lists every Event the steps output,
-    # in order, ``late`` the entry of every LateRecord, in order (a plain tuple of the
-    # record's fields, ``LateRecord(*entry)``: records are built only for entries that are
-    # kept), ``ctis`` the arrivals that were CTIs. It must decide exactly as ``step`` does
+    # in order, ``late`` the ``LateEntry`` of every LateRecord, in order (the record's
+    # fields, ``LateRecord(*entry)``: records are built only for entries that are kept),
+    # ``ctis`` the arrivals that were CTIs. It must decide exactly as ``step`` does
     # event by event; ``step_many`` (the function below) falls back to that loop for
     # policies without one.
     #
@@ -75,16 +92,17 @@ class Policy(Protocol):
     # has no columnar form" (its decisions depend on the source or on join/leave).
 
 
-def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list, list]:
+def step_many(policy: Policy, state: Any, events: Any,
+              ) -> tuple[Any, list[Event], list[LateEntry], list[Event]]:
     """``policy.step_many`` if the policy has one, else ``step`` event by event, sorted into
-    ``(state, emitted events, late entries, arrived CTIs)``; a late entry is a record's
-    fields as a tuple (``LateRecord(*entry)``)."""
+    ``(state, emitted events, late entries, arrived CTIs)``; a ``LateEntry`` holds a
+    record's fields (``LateRecord(*entry)``)."""
     fast = getattr(policy, "step_many", None)
     if fast is not None:
         return fast(state, events)
     step = policy.step
     emitted: list[Event] = []
-    late: list[tuple] = []
+    late: list[LateEntry] = []
     ctis: list[Event] = []
     for event in events:
         if event.kind == CTI:
@@ -92,7 +110,7 @@ def step_many(policy: Policy, state: Any, events: Any) -> tuple[Any, list, list,
         state, outputs = step(state, event)
         for out in outputs:
             if isinstance(out, LateRecord):
-                late.append((out.input, out.event, out.cti, out.action, out.adjusted))
+                late.append(LateEntry(out.input, out.event, out.cti, out.action, out.adjusted))
             else:
                 emitted.append(out)
     return state, emitted, late, ctis

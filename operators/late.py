@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from engine.errors import ClosedError
 from engine.event import LateRecord
 from engine.executors import INLINE
+from engine.policy import LateEntry
 from engine.sinks import PublisherBase
 from engine.sources import failed
 from engine.subscription import BufferedSubscription, SubscriptionBase, check_subscriber
@@ -86,10 +87,10 @@ class LateOutput(PublisherBase):
         counted in ``overflow``, as with ``push``."""
         self._push(records, None)
 
-    def push_entries(self, entries: list[tuple]) -> None:
-        """``push_many`` for late entries, the records' fields as tuples (the union's batch
-        path, from ``step_many``): a ``LateRecord`` is built only for an entry that fits in
-        the buffer; the rest are counted in ``overflow`` without ever being built."""
+    def push_entries(self, entries: list[LateEntry]) -> None:
+        """``push_many`` for late entries, the records' fields (the union's batch path, from
+        ``step_many``): a ``LateRecord`` is built only for an entry that fits in the buffer;
+        the rest are counted in ``overflow`` without ever being built."""
         self._push(entries, LateRecord)
 
     def _push(self, items: list, build: Any) -> None:

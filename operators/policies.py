@@ -40,7 +40,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
-from engine.policy import Policy
+from engine.policy import LateEntry, Policy
 from engine.times import MIN_TIME, to_duration_ns
 from operators.columnar import goldilocks_columns
 
@@ -137,12 +137,12 @@ class GoldilocksPolicy:
         return state, _NONE
 
     def step_many(self, state: HighState, events: Sequence[Event],
-                  ) -> tuple[HighState, list[Event], list[tuple], list[Event]]:
+                  ) -> tuple[HighState, list[Event], list[LateEntry], list[Event]]:
         """``step`` over consecutive arrivals, in one loop: ``(state, emitted, late, ctis)``.
 
-        ``emitted`` is every ``Event`` the steps would output, in order; ``late`` the entry
-        of every ``LateRecord`` they would output, in order: a plain tuple of its fields,
-        ``LateRecord(*entry)`` being the record (a tuple costs a third of an object, and a
+        ``emitted`` is every ``Event`` the steps would output, in order; ``late`` the
+        ``LateEntry`` of every ``LateRecord`` they would output, in order: its fields,
+        ``LateRecord(*entry)`` being the record (an entry costs a third of an object, and a
         record is only built for an entry that is kept); ``ctis`` the arrivals that were
         CTIs, in order (for the caller's per-input accounting: noting them here costs
         nothing, finding them again would cost a pass). The same decisions as ``step`` event
@@ -152,9 +152,11 @@ class GoldilocksPolicy:
         delay = self.delay
         adjust = self._adjust
         cti, dropped = CTI, DROPPED  # locals: this loop is the hot path
+        entry, new = LateEntry, tuple.__new__  # an entry built without LateEntry's Python __new__
         emitted: list[Event] = []
         emit = emitted.append
-        late: list[tuple] = []
+        late: list[LateEntry] = []
+        keep = late.append
         ctis: list[Event] = []
         arrivals = iter(events)
         high = state.high
@@ -176,9 +178,9 @@ class GoldilocksPolicy:
                 elif adjust and e.end > high:  # type: ignore[operator]  # TS §3.2
                     clipped = Event(e.kind, high, e.end, e.payload, e.source)
                     emit(clipped)
-                    late.append((e.source, e, high, ADJUSTED, clipped))
+                    keep(new(entry, (e.source, e, high, ADJUSTED, clipped)))
                 else:  # TS §3.1
-                    late.append((e.source, e, high, dropped, None))
+                    keep(new(entry, (e.source, e, high, dropped, None)))
             else:
                 ctis.append(e)
                 d = e.start - delay

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from engine.errors import InputError
 from engine.event import CTI, Event, LateRecord
-from engine.policy import Policy
+from engine.policy import LateEntry, Policy
 from operators.policies import resolve_policy
 from engine.policy import step_many as engine_step_many
 from engine.times import MAX_TIME, MIN_TIME
@@ -391,7 +391,7 @@ def test_step_many_decides_exactly_as_step_over_any_split(arrivals, delay, on_la
             k = data.draw(st.integers(1, len(rest)), label="batch size")
             state, e, l, c = engine_step_many(policy, state, rest[:k])
             assert c == [a for a in rest[:k] if a.kind == CTI]
-            assert all(type(entry) is tuple and len(entry) == 5 for entry in l)
+            assert all(type(entry) is LateEntry for entry in l)
             emitted += e
             late += [LateRecord(*entry) for entry in l]  # entries: the records' fields
             rest = rest[k:]
