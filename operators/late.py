@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from dataclasses import dataclass
+from collections.abc import Callable
 from itertools import starmap
-from typing import Any, NamedTuple
+from typing import Any
 
 from engine.errors import ClosedError
 from engine.event import LateRecord
@@ -26,7 +28,10 @@ from engine.subscription import BufferedSubscription, SubscriptionBase, check_su
 __all__ = ["LateOutput", "LateStats"]
 
 
-class LateStats(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class LateStats:
+    """The late side output's accounting (TS §3.3: ``records = kept + overflow``)."""
+
     records: int    # records produced in all
     buffered: int   # waiting now
     peak: int       # most ever waiting
@@ -37,18 +42,19 @@ class LateStats(NamedTuple):
 class _LateSubscription(BufferedSubscription):
     """Delivers from the output's own buffer, which outlives any one subscriber."""
 
-    __slots__ = ("_owner",)
+    __slots__ = ("_on_finish_hook",)
 
-    def __init__(self, subscriber: Any, owner: LateOutput) -> None:
-        super().__init__(subscriber, owner.capacity, INLINE)
-        self._buffer = owner._buffer  # shared: records wait there with or without a subscriber
-        self._owner = owner
+    def __init__(self, subscriber: Any, buffer: deque[LateRecord], capacity: int,
+                 on_finish: Callable[[_LateSubscription], None]) -> None:
+        super().__init__(subscriber, capacity, INLINE)
+        self._buffer = buffer  # the output's: records wait there with or without a subscriber
+        self._on_finish_hook = on_finish
 
     def _release(self) -> None:
         SubscriptionBase._release(self)  # keep the records for the next subscriber
 
     def _on_finish(self, cancelled: bool) -> None:
-        self._owner._detach(self)
+        self._on_finish_hook(self)
 
 
 class LateOutput(PublisherBase):
@@ -110,29 +116,33 @@ class LateOutput(PublisherBase):
             subscription.signal()
 
     def complete(self) -> None:
+        """No more records: a subscriber completes once it has taken what is buffered."""
         with self._lock:
             self._completed = True
             subscription = self._subscription
         if subscription is not None:
-            subscription._completed = True
-            subscription.signal()
+            subscription.complete()
 
     def error(self, error: BaseException) -> None:
+        """The producer failed: a subscriber gets ``error`` at once (RS §4.2)."""
         with self._lock:
             self._error = error
             subscription = self._subscription
         if subscription is not None:
-            subscription._error = error
-            subscription.signal()
+            subscription.fail(error)
 
     def subscribe(self, subscriber: Any) -> None:
         check_subscriber(subscriber)  # RS §1.9
         with self._lock:
             busy = self._subscription is not None
             if not busy:
-                subscription = self._subscription = _LateSubscription(subscriber, self)
-                subscription._completed = self._completed
-                subscription._error = self._error
+                subscription = _LateSubscription(subscriber, self._buffer, self.capacity,
+                                                 self._detach)
+                self._subscription = subscription
+                if self._error is not None:
+                    subscription.finish(self._error)
+                elif self._completed:
+                    subscription.finish()
         if busy:
             failed(ClosedError(f"{self.name}: already has a subscriber; one at a time"))\
                 .subscribe(subscriber)
