@@ -689,7 +689,7 @@ def test_stats_keep_the_latest_departed_inputs_and_fold_the_rest_into_the_totals
     kept = [s.name for s in stats.inputs]
     assert kept == [n for n in ["clock"] + [f"{n}{i}" for i, (n, _, _) in enumerate(sessions)]
                     if n not in left or n in left[max(0, len(left) - keep):]]  # added order
-    assert len(union._history) <= 1 + len(open_now) + keep  # O(active + keep_departed)
+    assert len(union._intake.history) <= 1 + len(open_now) + keep  # O(active + keep_departed)
     assert_accounting(stats)
 
 

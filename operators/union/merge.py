@@ -1,0 +1,352 @@
+"""The merge: arrivals from the intake's queue through the policy, in arrival order, out to
+the subscriber — one loop, whatever the shape of what it hands on.
+
+``Merge`` holds what outlives any one subscriber (the union is hot): the policy's state, the
+events merged but not yet handed on (``pending``), the output's accounting. ``Output`` is the
+subscription of the union's one subscriber; its drain runs the loop (``Output.merge``), which
+is parameterised by where its output goes:
+
+- ``subscribe``: one event per ``on_next``;
+- ``batches(n)``: lists of up to ``n`` events per ``on_next``, as full as what has arrived
+  allows;
+- settling (no demand, the output closed): no ``on_next`` at all. Joins, leaves, suppressed
+  CTIs and late events produce no element, so they must not wait for a request; merging stops
+  as soon as an element is due, which waits in ``pending`` for demand (RS §1.1).
+
+Only user code is wrapped in ``try``: the policy's ``step``/``step_many``/``join``/``leave``
+(a raise fails the union with the policy's error, RS §1.4) and the subscriber's ``on_next``
+(a raise breaks RS §2.13: reported, the subscription cancelled, the union goes on for the
+next subscriber). Anything else that raises in a drain turn is a defect of the union's own:
+the union fails with that very error (``Output._emit``), never blamed on a user.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from operator import attrgetter
+from typing import Any
+
+from engine.event import ADJUSTED, CTI, Event
+from engine.executors import Executor
+from engine.policy import Outputs, Policy, step_many
+from engine.subscription import SubscriptionBase
+from engine.times import MAX_TIME
+from operators.late import LateOutput
+from operators.union.inputs import JOIN, Batch, Input, Intake
+
+__all__ = ["Merge", "Output", "PolicyFailed"]
+
+_INPUT = attrgetter("input")    # of a late entry (engine.policy.LateEntry)
+_ACTION = attrgetter("action")
+
+
+class PolicyFailed(Exception):
+    """The policy raised ``error`` while merging: a defect in it, not in the subscriber; the
+    union fails with the policy's error (RS §1.4)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _call_policy(method: Callable[[Any, Any], tuple[Any, Outputs]], state: Any,
+                 arg: Any) -> tuple[Any, Outputs]:
+    try:
+        return method(state, arg)
+    except Exception as err:  # user code: the policy (RS §1.4)
+        raise PolicyFailed(err) from err
+
+
+def _settling(element: Any) -> None:
+    """Where settling's output goes: nowhere (its limit is 0, so this is never called)."""
+    raise AssertionError(f"settling handed on {element!r}")
+
+
+class Merge:
+    """The merge's state, which outlives any one subscriber. Runs only on the output's drain.
+
+    ``pending``: events merged, not yet handed on (the outputs of one step beyond demand, or of
+    a batch beyond a list). ``output_cti``: the last CTI emitted; ``ctis``: how many were;
+    ``final_sent``, ``cti_before_final``: the CTI at +inf was emitted, and the one before it
+    (what inputs' lag is measured against after it).
+    """
+
+    __slots__ = ("policy", "intake", "late", "final_cti", "queue", "pending", "state",
+                 "output_cti", "cti_before_final", "ctis", "final_sent")
+
+    def __init__(self, policy: Policy, intake: Intake, late: LateOutput, final_cti: bool) -> None:
+        self.policy = policy
+        self.intake = intake
+        self.late = late
+        self.final_cti = final_cti
+        self.queue = intake.queue
+        self.pending: list[Event] = []
+        self.state = policy.initial()
+        self.output_cti: int | None = None
+        self.cti_before_final: int | None = None
+        self.ctis = 0
+        self.final_sent = False
+
+    # ---------------------------------------------------------------- one arrival
+    def arrive(self, inp: Input | None, item: Any, state: Any, out: list[Event]) -> Any:
+        """Merge one queued arrival (event, batch, join or leave): accounting, late records to
+        the side output, emitted events appended to ``out``. Returns the policy's new state.
+        (The loop inlines the commonest case, an insert, before it gets here.)"""
+        cls = item.__class__
+        if cls is Batch:
+            return self.arrive_batch(item, state, out)
+        assert inp is not None  # only a batch from several inputs is queued without one
+        intake = self.intake
+        if cls is Event:
+            processed = inp.processed = inp.processed + 1
+            if inp.requested - processed == inp.low_water:
+                intake.low = True
+            state, outputs = _call_policy(self.policy.step, state, item)
+            if item.kind == CTI:
+                inp.last_cti = item.start
+                inp.ctis += 1  # TS §3.4: not an insert; counted apart
+        elif item is JOIN:
+            state, outputs = _call_policy(self.policy.join, state, inp.name)
+            intake.low = True  # the fair share changed (TS §4.5)
+        else:  # LEAVE: the input is gone and everything it sent has been merged
+            intake.depart(inp)
+            state, outputs = _call_policy(self.policy.leave, state, inp.name)
+            intake.low = True
+        self.account(inp, outputs, out)
+        return state
+
+    def account(self, inp: Input, outputs: Outputs, out: list[Event]) -> None:
+        """One step's outputs: events counted and appended to ``out``, late records counted
+        and sent to the side output (TS §3.3: every late event leaves a record)."""
+        for o in outputs:
+            if isinstance(o, Event):
+                if o.kind == CTI:
+                    self.output_cti = o.start
+                    self.ctis += 1
+                else:
+                    inp.emitted += 1
+                out.append(o)
+            else:
+                if o.action == ADJUSTED:
+                    inp.adjusted += 1
+                else:
+                    inp.dropped += 1
+                self.late.push(o)
+
+    def arrive_batch(self, batch: Batch, state: Any, out: list[Event]) -> Any:
+        """Merge a batch: the policy over all of it in one call (``step_many``), then the
+        same accounting ``arrive`` keeps event by event, per input, in bulk."""
+        events = batch.events
+        try:
+            state, emitted, late, ctis = step_many(self.policy, state, events)
+        except Exception as err:  # user code: the policy (RS §1.4)
+            raise PolicyFailed(err) from err
+        counts = batch.counts
+        by_name = batch.by_name
+        intake = self.intake
+        inserts = {}
+        for inp, n in counts:
+            held = inp.requested - inp.processed
+            inp.processed += n
+            if held > inp.low_water >= held - n:
+                intake.low = True
+            inserts[inp] = n
+        for e in ctis:  # arrived CTIs: per input count and latest (TS §3.4)
+            inp = by_name[e.source]  # stamped with its input's name
+            inp.last_cti = e.start
+            inp.ctis += 1
+            inserts[inp] -= 1
+        dropped = 0
+        if late:
+            self.late.push_entries(late)  # TS §3.3
+            adjusted = list(map(_ACTION, late)).count(ADJUSTED)
+            dropped = len(late) - adjusted
+            if len(counts) == 1:
+                inp = counts[0][0]
+                inp.adjusted += adjusted
+                inp.dropped += dropped
+                inserts[inp] -= dropped
+            elif not adjusted:
+                for name, n in Counter(map(_INPUT, late)).items():
+                    inp = by_name[name]
+                    inp.dropped += n
+                    inserts[inp] -= n
+            else:
+                for entry in late:
+                    inp = by_name[entry.input]  # named as it arrived
+                    if entry.action == ADJUSTED:
+                        inp.adjusted += 1  # the clipped copy is emitted: counted below
+                    else:
+                        inp.dropped += 1
+                        inserts[inp] -= 1
+        for inp, n in inserts.items():
+            inp.emitted += n  # TS §3.4: each insert is emitted (maybe clipped) or dropped
+        n_ctis = len(ctis)
+        # TS §3.4 again: what was emitted beyond the surviving inserts are the output CTIs
+        out_ctis = len(emitted) - (len(events) - n_ctis - dropped)
+        if out_ctis:
+            if out_ctis < 0:
+                error = RuntimeError(
+                    f"{self.policy!r}.step_many emitted {len(emitted)} events for "
+                    f"{len(events) - n_ctis} inserts of which {dropped} were dropped: each "
+                    "insert must be emitted once or dropped once (TS §3.4)")
+                raise PolicyFailed(error)
+            self.ctis += out_ctis
+            for e in reversed(emitted):
+                if e.kind == CTI:
+                    self.output_cti = e.start
+                    break
+        out.extend(emitted)
+        return state
+
+    # ---------------------------------------------------------------- the end of time
+    def final_due(self) -> bool:
+        """The CTI at +inf is owed: asked for, closed, every input left and all merged."""
+        return (self.final_cti and not self.final_sent and self.intake.closed
+                and not self.intake.inputs and not self.queue and not self.pending
+                and (self.output_cti is None or self.output_cti < MAX_TIME))
+
+    def final(self) -> Event:
+        self.final_sent = True
+        self.cti_before_final = self.output_cti
+        self.output_cti = MAX_TIME
+        self.ctis += 1
+        return Event(CTI, MAX_TIME, None, None, None)
+
+    def finished(self) -> bool:
+        """Closed, every input left, everything merged and emitted (and the final CTI sent)."""
+        if not (self.intake.closed and not self.queue and not self.pending):
+            return False
+        if self.intake.inputs:
+            return False
+        # A policy may itself have emitted the CTI at +inf (an input sent it, delay 0): nothing
+        # can follow it (TS §2.1), so the final CTI is owed no more.
+        return self.final_sent or not self.final_cti or self.output_cti == MAX_TIME
+
+    @property
+    def lag_reference(self) -> int | None:
+        """What inputs' lag is measured against: the output CTI, or after the CTI at +inf
+        the one before it (+inf ends time; it is no time to lag behind)."""
+        return self.cti_before_final if self.final_sent else self.output_cti
+
+
+class Output(SubscriptionBase):
+    """The subscription of the union's one subscriber: its drain loop is the merge.
+
+    ``size``: events per element, handed on as lists when ``lists`` (``batches()``), else one
+    by one. ``on_finish(output, cancelled)``: the union's, called once when it ends.
+    """
+
+    __slots__ = ("merge", "size", "lists", "on_finish")
+
+    def __init__(self, subscriber: Any, merge: Merge, executor: Executor, size: int,
+                 lists: bool, on_finish: Callable[[Output, bool], None]) -> None:
+        super().__init__(subscriber, executor)
+        self.merge = merge
+        self.size = size
+        self.lists = lists
+        self.on_finish = on_finish
+
+    def _emit(self, subscriber: Any, limit: int) -> int:
+        try:
+            return self.merge_into(subscriber.on_next, limit, self.size)
+        except Exception as err:
+            # Not user code (that is handled where it is called): the union's own work broke.
+            # It fails with that very error (RS §1.4) rather than leave this drain holding its
+            # counter with nobody told; see the module docstring.
+            self.merge.intake.fail(err)
+            return 0
+
+    def _drained(self) -> bool:
+        merge = self.merge
+        try:
+            if not merge.pending and merge.queue:
+                self.merge_into(_settling, 0, 1)  # merge without demand
+            return merge.finished()
+        except Exception as err:  # the union's own work, as in _emit
+            merge.intake.fail(err)
+            return False
+
+    def _on_finish(self, cancelled: bool) -> None:
+        self.on_finish(self, cancelled)
+
+    def merge_into(self, on_next: Callable[[Any], None], limit: int, size: int) -> int:
+        """The merge loop. Merges queued arrivals until an element of ``size`` events is due
+        (or none is left), hands it to ``on_next``, and so on, until ``limit`` elements were
+        handed on, the subscriber cancelled (RS §3.12) or nothing is left; returns how many
+        were. With ``limit`` 0 it only settles: it stops as soon as an element is due."""
+        merge = self.merge
+        intake = merge.intake
+        queue = merge.queue
+        buf = merge.pending
+        step = merge.policy.step
+        state = merge.state
+        lists = self.lists
+        head = 0  # buf[:head] was handed on (events one by one)
+        count = 0
+        intake.low = False  # an input's credit fell to its low-water mark: replenish after
+        try:
+            while True:
+                while len(buf) - head < size and queue:
+                    inp, item = queue.popleft()
+                    if item.__class__ is Event and item.kind != CTI:  # an insert, inlined
+                        assert inp is not None  # an event is queued with its input
+                        processed = inp.processed = inp.processed + 1
+                        if inp.requested - processed == inp.low_water:
+                            intake.low = True
+                        try:
+                            state, outputs = step(state, item)
+                        except Exception as err:  # user code: the policy (RS §1.4)
+                            raise PolicyFailed(err) from err
+                        if len(outputs) == 1 and outputs[0] is item:  # on time, passed on as is
+                            inp.emitted += 1
+                            buf.append(item)
+                        else:
+                            merge.account(inp, outputs, buf)
+                    else:
+                        state = merge.arrive(inp, item, state, buf)
+                if len(buf) == head:  # everything merged was handed on
+                    buf.clear()
+                    head = 0
+                    if not (merge.final_cti and merge.final_due()):
+                        break
+                    buf.append(merge.final())
+                if not limit:
+                    break  # settling: what is due waits for demand (RS §1.1)
+                # what is due, as elements: events one by one, as far as demand goes; or
+                # the next list of up to ``size`` (handed over whole, never touched again)
+                elements: Sequence[Any]
+                if not lists:
+                    elements = buf[head:head + limit - count]
+                elif len(buf) <= size:
+                    elements = (buf,)
+                    buf = merge.pending = []
+                else:
+                    elements = (buf[:size],)
+                    del buf[:size]
+                start = count
+                for element in elements:
+                    count += 1
+                    try:
+                        on_next(element)
+                    except Exception as err:  # user code: the subscriber broke RS §2.13
+                        self._subscriber_failed("on_next", err)
+                        break
+                    if self._cancelled:
+                        break  # RS §3.12, and what was not handed on stays pending (hot)
+                if not lists:
+                    head += count - start
+                if count == limit or self._cancelled:
+                    break
+        except PolicyFailed as failure:
+            merge.state = state
+            del buf[:head]
+            intake.fail(failure.error)
+            return count
+        merge.state = state
+        if head:
+            del buf[:head]
+        if intake.low or intake.starved:
+            intake.grant()  # credit returns as arrivals leave, emitted or not (TS §4.4)
+        return count

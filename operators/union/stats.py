@@ -1,0 +1,78 @@
+"""What ``Union.stats()`` and ``InputHandle.stats()`` return: frozen values, cheap to take.
+
+TS §3.4 holds in them at all times: per input, ``received = emitted + dropped + buffered``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from operators.late import LateStats
+from operators.union.inputs import Input
+
+__all__ = ["InputStats", "UnionStats", "input_stats"]
+
+
+@dataclass(frozen=True, slots=True)
+class InputStats:
+    """One input's accounting. TS §3.4: ``received = emitted + dropped + buffered`` at all
+    times, so ``received = emitted + dropped`` once everything is merged. ``adjusted`` (emitted
+    clipped) is counted apart, and so are CTIs (``ctis``): they are neither emitted nor dropped
+    as inserts are; a CTI counts in ``received`` and ``buffered`` until it is merged."""
+
+    name: str
+    state: str               # ACTIVE, COMPLETED, FAILED or REMOVED
+    received: int            # inserts arrived (and CTIs not yet merged, see above)
+    emitted: int
+    dropped: int
+    adjusted: int
+    last_cti: int | None
+    lag: int | None          # output CTI − this input's last CTI, in ns (positive: behind);
+                             # once the output is at +inf, against the CTI before it
+    buffered: int            # arrived, not yet merged
+    peak_buffered: int
+    prefetch: int            # the per-input bound
+    error: BaseException | None
+    discarded: int           # arrived after remove() cancelled the input (RS §2.8)
+    ctis: int                # CTIs from this input merged
+
+
+@dataclass(frozen=True, slots=True)
+class UnionStats:
+    """The whole union's accounting: its inputs' lines and the totals over every input it
+    has seen, those it let go of included (``forgotten``)."""
+
+    inputs: tuple[InputStats, ...]   # active inputs and the latest that left, oldest first
+    received: int
+    emitted: int                     # inserts emitted (adjusted included)
+    ctis: int                        # CTIs emitted
+    dropped: int
+    adjusted: int
+    output_cti: int | None
+    buffered: int
+    peak_buffered: int
+    max_buffered: int                # the total bound
+    late: LateStats
+    closed: bool
+    done: bool
+    forgotten: int = 0               # inputs that left whose own stats were let go (counted
+    keep_departed: int = 0           # in the totals above); the bound on those kept
+    min_credit: int = 0              # credit every input holds at least (TS §4.5)
+
+    def input(self, name: str) -> InputStats:
+        """The line of the input named ``name`` (the latest, if the name was reused)."""
+        for stats in reversed(self.inputs):
+            if stats.name == name:
+                return stats
+        raise KeyError(name)
+
+
+def input_stats(inp: Input, against: int | None) -> InputStats:
+    """``inp``'s line, its lag measured against the output CTI ``against``."""
+    last = inp.last_cti
+    received = inp.received
+    ctis = inp.ctis
+    return InputStats(inp.name, inp.state, received - ctis, inp.emitted, inp.dropped,
+                      inp.adjusted, last, None if against is None or last is None
+                      else against - last, received - inp.processed, inp.peak, inp.prefetch,
+                      inp.error, inp.discarded, ctis)
