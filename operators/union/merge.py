@@ -23,7 +23,7 @@ the union fails with that very error (``Output._emit``), never blamed on a user.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
@@ -283,12 +283,11 @@ class Output(SubscriptionBase):
         step = merge.policy.step
         state = merge.state
         lists = self.lists
-        head = 0  # buf[:head] was handed on (events one by one)
         count = 0
         intake.low = False  # an input's credit fell to its low-water mark: replenish after
         try:
             while True:
-                while len(buf) - head < size and queue:
+                while queue and len(buf) < size:
                     inp, item = queue.popleft()
                     if item.__class__ is Event and item.kind != CTI:  # an insert, inlined
                         assert inp is not None  # an event is queued with its input
@@ -306,25 +305,27 @@ class Output(SubscriptionBase):
                             merge.account(inp, outputs, buf)
                     else:
                         state = merge.arrive(inp, item, state, buf)
-                if len(buf) == head:  # everything merged was handed on
-                    buf.clear()
-                    head = 0
+                if not buf:  # everything merged was handed on
                     if not (merge.final_cti and merge.final_due()):
                         break
                     buf.append(merge.final())
                 if not limit:
                     break  # settling: what is due waits for demand (RS §1.1)
-                # what is due, as elements: events one by one, as far as demand goes; or
-                # the next list of up to ``size`` (handed over whole, never touched again)
-                elements: Sequence[Any]
-                if not lists:
-                    elements = buf[head:head + limit - count]
-                elif len(buf) <= size:
-                    elements = (buf,)
-                    buf = merge.pending = []
+                # What is due, as elements: the next list of up to ``size`` events (handed
+                # over whole, never touched again), or events one by one as far as demand
+                # goes (the subscriber cannot reach ``buf`` while it runs: a request or an
+                # arrival from inside on_next only schedules, RS §3.3).
+                elements: list[Any]
+                if lists:
+                    if len(buf) <= size:
+                        elements = [buf]
+                        buf = merge.pending = []
+                    else:
+                        elements = [buf[:size]]
+                        del buf[:size]
                 else:
-                    elements = (buf[:size],)
-                    del buf[:size]
+                    room = limit - count
+                    elements = buf if len(buf) <= room else buf[:room]
                 start = count
                 for element in elements:
                     count += 1
@@ -334,19 +335,16 @@ class Output(SubscriptionBase):
                         self._subscriber_failed("on_next", err)
                         break
                     if self._cancelled:
-                        break  # RS §3.12, and what was not handed on stays pending (hot)
+                        break  # RS §3.12; what was not handed on stays pending (hot)
                 if not lists:
-                    head += count - start
+                    del buf[:count - start]
                 if count == limit or self._cancelled:
                     break
         except PolicyFailed as failure:
             merge.state = state
-            del buf[:head]
             intake.fail(failure.error)
             return count
         merge.state = state
-        if head:
-            del buf[:head]
         if intake.low or intake.starved:
             intake.grant()  # credit returns as arrivals leave, emitted or not (TS §4.4)
         return count
