@@ -164,7 +164,7 @@ class Input:
         otherwise every event is checked before any is counted, so a bad one refuses the batch
         whole."""
         if set(map(type, events)) == {Event} and set(map(_SOURCE, events)) == {self.name}:
-            self.count(len(events))
+            self.arrived(len(events))
             return events
         for i, event in enumerate(events):
             if event.__class__ is not Event:
@@ -174,7 +174,7 @@ class Input:
                                 f"{event!r} at position {i}; expected an engine.Event")
         return [self.accept(e) for e in events]
 
-    def count(self, n: int) -> None:
+    def arrived(self, n: int) -> None:
         """``n`` more arrived whose credit and form were checked (a batch): counted, peak kept."""
         received = self.received = self.received + n
         if received - self.processed > self.peak:

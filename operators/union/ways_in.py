@@ -171,7 +171,7 @@ def _enqueue(intake: Intake, counts: list[tuple[Input, int]], events: Sequence[E
         if any(inp.left for inp, _ in counts):
             return _feed_each(intake, column(), events, locked=True)
         for inp, n in counts:
-            inp.count(n)
+            inp.arrived(n)
         intake.queue.append((None, Batch(events, counts)))
     finally:
         for gate in gates:
