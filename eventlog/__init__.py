@@ -3,11 +3,17 @@
 Floor 1, beside ``operators``: it builds on ``engine`` (events, time) and nothing above.
 
 - ``eventlog.format``: the leaf — kind codes, modes, the canonical line encoders.
-- ``eventlog.read``: JSON Lines, CSV and Parquet into numpy columns, and their merge in
-  arrival order (TS §5.2); bad records named by file and line (TS §5.3).
-- ``eventlog.scan`` / ``eventlog.write_columns``: the vectorised JSON Lines scanner and the
-  columnar line writer behind replay's fast path.
+- ``eventlog.columns``: the column form every reader produces (``Columns``, ``SourceTable``).
+- ``eventlog.records``: the validity rules of a record, written once, for every parser;
+  bad records named by file and line (TS §5.3).
+- ``eventlog.fast``: the fast scanners behind ``fast_columns(block)`` — ``eventlog.scan``
+  (JSON Lines in the flat shape) and ``eventlog.arrow`` (Parquet batches).
+- ``eventlog.jsonl``, ``eventlog.csv_log``, ``eventlog.parquet``: the readers of each format;
+  ``eventlog.merge``: files into one stream in arrival order (TS §5.2).
+- ``eventlog.write_columns``: canonical lines of whole columns, for replay's columnar path.
 - ``eventlog.write``: ``EventLogWriter``, ``write_log`` and ``RollingFileSink``.
+
+How a line is read: ``docs/replay.md``.
 """
 
 from eventlog.format import (
@@ -29,17 +35,11 @@ from eventlog.format import (
     late_line,
     late_line_iso,
 )
-from eventlog.read import (
-    BadRecords,
-    Columns,
-    SourceTable,
-    log_format,
-    merge_columns,
-    read_columns,
-    read_records,
-    time_scale,
-)
-from eventlog.write import EventLogWriter, RollingFileSink, write_log
+from eventlog.columns import Columns, SourceTable
+from eventlog.format import log_format
+from eventlog.merge import merge_columns, read_columns, read_records
+from eventlog.records import BadRecords, time_scale
+from eventlog.write import EventLogWriter, RollingFileSink, SinkStats, write_log
 
 __all__ = [
     "BAD_RECORD_MODES",
@@ -69,5 +69,6 @@ __all__ = [
     "time_scale",
     "EventLogWriter",
     "RollingFileSink",
+    "SinkStats",
     "write_log",
 ]

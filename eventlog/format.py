@@ -1,5 +1,5 @@
 """The event-log format's leaf: kind codes and names, the modes and time formats, and the
-canonical encoders (``docs/event-log.md``).
+canonical encoders, and the format of a log from its file name (``docs/event-log.md``).
 
 Canonical JSON Lines: compact, keys in the order ``source, kind, start, end, payload``, times
 as int nanoseconds (or RFC 3339 text with ``time_format="iso"``), so the same events always
@@ -15,10 +15,12 @@ b'{"kind":"cti","start":3}\\n'
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
 
+from engine.errors import InputError
 from engine.event import CTI as _CTI_KIND
 from engine.event import INTERVAL, Event, LateRecord
 from engine.times import format_rfc3339
@@ -42,6 +44,7 @@ __all__ = [
     "late_line_iso",
     "encode_event",
     "encode_late",
+    "log_format",
 ]
 
 #: kind codes of the column form, and their names in a record
@@ -52,6 +55,19 @@ KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
 BAD_RECORD_MODES = ("fail", "skip", "quarantine")
 
 _dumps = orjson.dumps
+
+_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
+               ".parquet": "parquet", ".pq": "parquet"}
+
+
+def log_format(path: str | os.PathLike[str]) -> str:
+    """``"jsonl"``, ``"csv"`` or ``"parquet"``, from the file name (``.gz`` is not supported)."""
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    try:
+        return _EXTENSIONS[ext]
+    except KeyError:
+        raise InputError(f"{os.fspath(path)}: unknown event-log extension {ext!r}; expected one "
+                         f"of {', '.join(sorted(_EXTENSIONS))}") from None
 
 
 def insert_prefix(source: str | None) -> bytes:

@@ -29,113 +29,16 @@ a record is bad; it only recognises blocks that are certainly good. Memory: O(bl
 
 from __future__ import annotations
 
-from typing import Any, Iterator
-
 import numpy as np
 import orjson
 
-__all__ = ["RawLines", "Payloads", "scan_block", "canonical_json", "gather", "MAX_NAME", "PAD"]
+from eventlog.columns import PAD, Payloads, RawLines, SourceTable, json_array, words_of
+from eventlog.records import NO_SOURCE, Block, RawColumns, Times
+
+__all__ = ["flat_columns", "canonical_json", "MAX_NAME"]
 
 #: names longer than this many bytes are looked up one by one instead of vectorised
 MAX_NAME = 32
-
-#: bytes after the block: every word read (up to 24 bytes past a line's last examined
-#: byte) stays inside the buffer, and so do fixed-width windows over the last lines
-PAD = 256
-
-
-class RawLines:
-    """The input bytes behind a block's rows, for writing canonical lines without encoding.
-
-    ``data``: the block as a writable uint8 array in which the byte before each row's
-    canonical part has been set to ``{``; row ``i``'s canonical line (newline included) is
-    ``data[body[i]:stop[i]]``; ``start_at`` is where its start value's digits begin.
-    ``buffer``: ``data`` and the padding after it.
-    """
-
-    __slots__ = ("data", "body", "stop", "start_at", "buffer")
-
-    def __init__(self, data: np.ndarray, body: np.ndarray, stop: np.ndarray,
-                 start_at: np.ndarray, buffer: np.ndarray | None = None) -> None:
-        self.data = data
-        self.body = body
-        self.stop = stop
-        self.start_at = start_at
-        self.buffer = data if buffer is None else buffer
-
-    def line(self, i: int) -> bytes:
-        return self.data[self.body[i]:self.stop[i]].tobytes()
-
-    def window(self, starts: np.ndarray, width: int) -> np.ndarray:
-        """``(len(starts), width)`` uint8: the ``width`` bytes from each start (bytes past the
-        buffer's end are zero)."""
-        buf = self.buffer
-        limit = len(buf) - width  # the last start with a whole window
-        if not len(starts) or int(starts.max()) <= limit:
-            return np.lib.stride_tricks.sliding_window_view(buf, width)[starts]
-        out = np.zeros((len(starts), width), np.uint8)
-        inside = starts <= limit
-        if limit >= 0:
-            out[inside] = np.lib.stride_tricks.sliding_window_view(buf, width)[starts[inside]]
-        for i in np.flatnonzero(~inside).tolist():  # the last few lines: cut at the end
-            tail = buf[starts[i]:starts[i] + width]
-            out[i, :len(tail)] = tail
-        return out
-
-
-class Payloads:
-    """A scanned block's payload column: ``None`` except at ``rows``, decoded on first use.
-
-    The scanner has already checked that the payloads are valid, canonical JSON; the values
-    are only needed when a row is re-encoded (the merge of several files, the element path),
-    so the common columnar replay of one file never builds them. Row ``rows[j]``'s payload
-    is the JSON text ``buffer[p0[j]:p1[j]]``. A read-only sequence; equal to a list with the
-    same items.
-    """
-
-    __slots__ = ("n", "rows", "buffer", "p0", "p1", "_items")
-
-    def __init__(self, n: int, rows: np.ndarray, buffer: np.ndarray, p0: np.ndarray,
-                 p1: np.ndarray) -> None:
-        self.n = n
-        self.rows = rows
-        self.buffer = buffer
-        self.p0 = p0
-        self.p1 = p1
-        self._items: list | None = None
-
-    def _list(self) -> list:
-        items = self._items
-        if items is None:
-            values = orjson.loads(_json_array(self.buffer, self.p0, self.p1))
-            if len(values) == self.n:
-                items = values
-            else:
-                items = [None] * self.n
-                for i, v in zip(self.rows.tolist(), values):
-                    items[i] = v
-            self._items = items
-        return items
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: Any) -> Any:
-        return self._list()[i]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._list())
-
-    def __eq__(self, other: object) -> bool:
-        try:
-            return self._list() == list(other)  # type: ignore[call-overload]
-        except TypeError:
-            return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Payloads({self._list()!r})"
 
 
 class _NotFlat(Exception):
@@ -153,11 +56,6 @@ _ASCII0 = _U(0x3030303030303030)
 _ALL = _U(2**64 - 1)
 _INT64_MAX = _U(2**63 - 1)
 _POW10 = np.array([10**d for d in range(9)], np.uint64)
-
-
-def _words(a: np.ndarray) -> np.ndarray:
-    """A little-endian uint64 read at every byte offset of ``a`` (unaligned, no copy)."""
-    return np.ndarray((len(a) - 7,), dtype="<u8", buffer=a, strides=(1,))
 
 
 def _lit(lit: bytes) -> tuple[np.uint64, np.uint64]:
@@ -278,7 +176,7 @@ def _number(a: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np
 # -- names -----------------------------------------------------------------------------
 
 
-def _name_ends(raw: bytes, w: np.ndarray, s0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _name_ends(raw: bytes | bytearray, w: np.ndarray, s0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each name starting at ``s0`` ends (its closing quote: names hold no escape),
     and the name's first word."""
     head = w[s0]
@@ -298,63 +196,59 @@ def _name_ends(raw: bytes, w: np.ndarray, s0: np.ndarray) -> tuple[np.ndarray, n
     return s0 + length, head
 
 
-def _short_names(raw: bytes, words: np.ndarray, rows: np.ndarray, s0: np.ndarray,
-                 s1: np.ndarray, table: Any) -> np.ndarray:
-    """Codes for names of at most 8 bytes, by their words (tagged with the length) through
-    the table's cache of known words; unknown names are added in order of first appearance,
-    as the record parsers add them."""
+def _short_names(raw: bytes | bytearray, words: np.ndarray, rows: np.ndarray, s0: np.ndarray,
+                 s1: np.ndarray, table: SourceTable) -> tuple[np.ndarray, list[str] | None]:
+    """Codes for names of at most 8 bytes, by their words (tagged with the length): the
+    table's codes if the table's cache knows every word (names ``None``), else indices into
+    the block's names in order of first appearance. The cache learns the words of names
+    that are in the table already; a new name is added by ``records`` once its block is
+    accepted, and learnt when it is next seen."""
     cache = table.scan_words
     if cache is not None and len(cache[0]):
         known, known_codes = cache
         at = np.minimum(np.searchsorted(known, words), len(known) - 1)
-        hit = known[at] == words
-        if hit.all():
-            return known_codes[at]
-        codes = np.where(hit, known_codes[at], -1).astype(np.int32)
-    else:
-        hit = np.zeros(len(words), np.bool_)
-        codes = np.full(len(words), -1, np.int32)
-    miss = np.flatnonzero(~hit)
-    new, first, inverse = np.unique(words[miss], return_index=True, return_inverse=True)
+        if (known[at] == words).all():
+            return known_codes[at], None
+    new, first, inverse = np.unique(words, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
-    add = table.add
     try:
-        new_codes = np.array([add(raw[s0[rows[miss[j]]]:s1[rows[miss[j]]]].decode("utf-8"))
-                              for j in first[order].tolist()], np.int32)
+        names = [raw[s0[rows[j]]:s1[rows[j]]].decode("utf-8") for j in first[order].tolist()]
     except UnicodeDecodeError:
         raise _NotFlat from None
-    lookup = np.empty(len(new), np.int32)
-    lookup[order] = new_codes
-    codes[miss] = lookup[inverse.ravel()]
-    if cache is None or not len(cache[0]):
-        keys, values = new, lookup
-    else:
-        keys = np.concatenate([cache[0], new])
-        values = np.concatenate([cache[1], lookup])
-        by = np.argsort(keys, kind="stable")
-        keys, values = keys[by], values[by]
-    table.scan_words = (keys, values)
-    return codes
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    codes = table.codes
+    found = [(w, codes[name]) for w, name in zip(new[order].tolist(), names) if name in codes]
+    if found:
+        keys = np.array([w for w, _ in found], np.uint64)
+        values = np.array([c for _, c in found], np.int32)
+        if cache is not None and len(cache[0]):
+            keys = np.concatenate([cache[0], keys])
+            values = np.concatenate([cache[1], values])
+        keys, index = np.unique(keys, return_index=True)
+        table.scan_words = (keys, values[index])
+    return rank[np.asarray(inverse).ravel()], names
 
 
-def _names(raw: bytes, head: np.ndarray, s0: np.ndarray, s1: np.ndarray, table: Any,
-           n: int, has: np.ndarray) -> np.ndarray:
-    """Source codes for the names ``raw[s0:s1]`` of the rows ``has`` (others: -1); ``head``:
-    each name's first word."""
-    codes = np.full(n, -1, np.int32)
+def _names(raw: bytes | bytearray, head: np.ndarray, s0: np.ndarray, s1: np.ndarray, table: SourceTable,
+           n: int, has: np.ndarray) -> tuple[np.ndarray, list[str] | None]:
+    """Source codes for the names ``raw[s0:s1]`` of the rows ``has`` (others: ``NO_SOURCE``)
+    and the names they index (``None``: the codes are the table's); ``head``: each name's
+    first word."""
+    codes = np.full(n, NO_SOURCE, np.int32)
     if not has.any():
-        return codes
+        return codes, []
     rows = np.flatnonzero(has)
     a0, a1 = s0[rows], s1[rows]
     length = (a1 - a0).astype(np.uint64)
     width = int(length.max())
-    if width <= 8 and hasattr(table, "scan_words"):
+    if width <= 8:
         # one word per name, masked to its length and tagged with it: an 8-byte name would
         # need a control character as its last byte to equal a shorter name's tagged word,
         # and control characters are refused
         words = (head[rows] & ~(_ALL << (length << _U(3)))) ^ (length << _U(56))
-        codes[rows] = _short_names(raw, words, rows, s0, s1, table)
-        return codes
+        codes[rows], names = _short_names(raw, words, rows, s0, s1, table)
+        return codes, names
     if width > MAX_NAME:
         uniq: dict[bytes, int] = {}
         firsts: list[int] = []
@@ -376,59 +270,19 @@ def _names(raw: bytes, head: np.ndarray, s0: np.ndarray, s1: np.ndarray, table: 
             packed[:, k] = np.where(has_k, a[np.where(has_k, a0 + k, 0)], 0)
         flat = packed.view(np.dtype((np.void, width8))).ravel()
         _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    # names enter the table in order of first appearance, as the record parsers add them
+    # the block's names in order of first appearance
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    inverse = rank[np.asarray(inverse).ravel()]
-    add = table.add
     try:
-        lookup = np.array([add(raw[a0[i]:a1[i]].decode("utf-8"))
-                           for i in np.asarray(first)[order].tolist()], np.int32)
+        names = [raw[a0[i]:a1[i]].decode("utf-8") for i in np.asarray(first)[order].tolist()]
     except UnicodeDecodeError:
         raise _NotFlat from None
-    codes[rows] = lookup[inverse]
-    return codes
+    codes[rows] = rank[np.asarray(inverse).ravel()]
+    return codes, names
 
 
 # -- payloads --------------------------------------------------------------------------
-
-
-def gather(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
-    """The bytes ``a[p0[i]:p1[i]]`` of all rows, concatenated (ranges ascending, disjoint)."""
-    lens = p1 - p0
-    total = int(lens.sum())
-    if total * 4 < len(a):  # few bytes: gather them by index
-        ends = np.cumsum(lens)
-        index = np.arange(total, dtype=np.int64)
-        index += np.repeat(p0 - (ends - lens), lens)
-        return a[index]
-    bounds = np.empty(2 * len(p0) + 2, np.int64)  # many: keep runs of a mask
-    bounds[0] = 0
-    bounds[1:-1:2] = p0
-    bounds[2:-1:2] = p1
-    bounds[-1] = len(a)
-    keep = np.zeros(len(bounds) - 1, np.bool_)
-    keep[1::2] = True
-    return a[np.repeat(keep, np.diff(bounds))]
-
-
-def _json_array(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bytes:
-    """``[P0,P1,…]`` of the JSON texts ``a[p0[j]:p1[j]]`` (ascending, not overlapping)."""
-    k = len(p0)
-    if not k:
-        return b"[]"
-    lens = p1 - p0
-    out = np.empty(int(lens.sum()) + k + 1, np.uint8)
-    after = np.cumsum(lens) + np.arange(1, k + 1)  # the byte after each text
-    text = np.ones(len(out), np.bool_)
-    text[0] = False
-    text[after] = False
-    out[text] = gather(a, p0, p1)
-    out[0] = ord("[")
-    out[after] = ord(",")
-    out[-1] = ord("]")
-    return out.tobytes()
 
 
 #: payloads longer than this many bytes are all checked, without looking for repeats
@@ -476,10 +330,10 @@ def canonical_json(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bool:
     ``_REPEAT_WIDTH`` bytes after the last text."""
     if not len(p0):
         return True
-    if ((p1 - p0 == 4) & _is(_words(a)[p0], b"null")).any():
+    if ((p1 - p0 == 4) & _is(words_of(a)[p0], b"null")).any():
         return False  # a null payload is omitted from the canonical line
     check = _firsts(a, p0, p1)
-    joined = _json_array(a, p0[check], p1[check])
+    joined = json_array(a, p0[check], p1[check])
     try:
         values = orjson.loads(joined)
         # one value per payload, each re-encoded to its own bytes: canonical
@@ -499,52 +353,37 @@ def _payloads(a: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
 # -- the scan --------------------------------------------------------------------------
 
 
-def scan_block(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
-               size: int | None = None, times: Any = None) -> tuple | None:
-    """Scan a block of whole lines. ``None``: not all flat.
+def flat_columns(block: Block) -> RawColumns | None:
+    """A JSON Lines block read as ``RawColumns`` if every line is in the flat shape, else
+    ``None``. Registered in ``eventlog.fast``; ``eventlog.records`` decides validity.
 
-    The block is ``raw`` (ending with a newline), or with ``size`` the first ``size`` bytes of
-    the bytearray ``raw``, which must have at least ``PAD`` more bytes after them (any bytes:
-    they are never read as part of a record) and is then used in place instead of copied.
-    ``mode`` is the file's order key (``None``: decided by the first line here); ``last_key``
-    the previous record's key, which the block's keys must not go below (TS §5.2). Returns
-    ``(mode, kind, source, start, end, has_end, key, payload, raw_lines)`` with the columns of
-    ``eventlog.read.Columns`` (``key``: the order key values, ``None`` for position;
-    ``payload``: ``Payloads``); source names are added to ``table`` only when the whole
-    block is flat. ``times``, if given, is called as ``times(mode, kind, start, end, has_end,
-    key)`` before anything is added or changed, and returns the ``(start, end, key)`` to use
-    (a log's unit converted, implausible values checked) or ``None``: not flat.
+    ``block.data`` is a bytearray whose first ``block.size`` bytes are whole lines, with at
+    least ``PAD`` more bytes after them (any bytes: never read as part of a record); it is
+    read in place. The file's order key (``block.state.mode``, or the first line's) is read
+    on every line. Source names come back as the table's codes when the table's cache knows
+    them all, else as the block's own names (``RawColumns.names``).
     """
     try:
-        return _scan(raw, mode, table, last_key, size, times)
+        return _scan(block.data, block.size, block.state.mode, block.state.table,
+                     block.first_line)
     except _NotFlat:
         return None
 
 
-def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
-          size: int | None, times: Any = None) -> tuple:
-    if size is None:
-        size = len(raw)
-        if not size or raw[-1] != 0x0A or b"\\" in raw:  # an escape: the exact parsers decide
-            raise _NotFlat
-        ascii_only = raw.isascii()
-        padded = bytearray(size + PAD)
-        padded[:size] = raw
-    else:
-        if len(raw) < size + PAD:
-            raise ValueError(f"scan_block: {len(raw) - size} bytes after the block; "
-                             f"expected at least {PAD}")
-        if not size or raw[size - 1] != 0x0A or raw.find(b"\\", 0, size) >= 0:
-            raise _NotFlat
-        ascii_only = raw.isascii()  # the bytes after the block too: if not, decide below
-        padded = raw
-    if not ascii_only:
+def _scan(raw: bytearray, size: int, mode: str | None, table: SourceTable,
+          first_line: int) -> RawColumns:
+    if len(raw) < size + PAD:
+        raise ValueError(f"flat_columns: {len(raw) - size} bytes after the block; "
+                         f"expected at least {PAD}")
+    if not size or raw[size - 1] != 0x0A or raw.find(b"\\", 0, size) >= 0:
+        raise _NotFlat  # an escape: the record parsers decide
+    if not raw.isascii():  # the bytes after the block too: if not, decide here
         try:
             str(memoryview(raw)[:size], "utf-8")  # fine if the block is valid UTF-8
         except UnicodeDecodeError:
             raise _NotFlat from None
-    a = np.frombuffer(padded, np.uint8, count=size + PAD)
-    w = _words(a)
+    a = np.frombuffer(raw, np.uint8, count=size + PAD)
+    w = words_of(a)
     nl = np.flatnonzero(a[:size] < 0x20)
     if (a[nl] != 0x0A).any():  # control characters are never valid here (\r included)
         raise _NotFlat
@@ -558,10 +397,10 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
 
     # the order key, then the byte where the canonical line begins
     x = w[ls]
+    key = None
     if mode == "position":
         if not _is(x, b'{"').all():  # also rules out blank lines
             raise _NotFlat
-        key = None
         body = ls
     else:
         if mode == "seq":
@@ -575,11 +414,9 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
         key, body = _number(a, w, p)
         if (a[body] != ord(",")).any():
             raise _NotFlat
-        if key[0] < last_key or (key[1:] < key[:-1]).any():
-            raise _NotFlat  # TS §5.2: the record parsers name the line
     at = body + 1
 
-    # "source":"NAME", (absent only on a CTI), then "kind":"
+    # "source":"NAME", then "kind":"
     has_source = _is(w[at], b'"source"') & _is(w[at + 8], b':"')
     s0 = at + 10
     s1, head = _name_ends(raw, w, np.where(has_source, s0, at))
@@ -599,8 +436,6 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
     is_leave = _is(x, b'leave"}\n')
     if not (is_insert | is_cti | is_join | is_leave).all():
         raise _NotFlat
-    if (~has_source & ~is_cti).any():
-        raise _NotFlat
     kind = np.where(is_insert, 0, np.where(is_cti, 1, np.where(is_join, 2, 3))).astype(np.int8)
     timed = is_insert | is_cti
 
@@ -619,19 +454,12 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
     x = w[q]
     closed = _is(x, b"}\n") & timed
     has_end = _is(x, b',"end":') & is_insert
-    end = np.where(is_cti, start, start + 1)
+    end = np.zeros(n, np.int64)
     if has_end.any():
         rows = np.flatnonzero(has_end)
-        e, q_end = _number(a, w, q[rows] + 7)
-        if (e <= start[rows]).any():
-            raise _NotFlat  # an interval that ends before it starts: a bad record
-        end[rows] = e
-        q[rows] = q_end
+        end[rows], q[rows] = _number(a, w, q[rows] + 7)
         x = np.where(has_end, w[q], x)
         closed |= has_end & _is(x, b"}\n")
-    point = is_insert & ~has_end
-    if (point & (start == np.iinfo(np.int64).max)).any():
-        raise _NotFlat  # a point's end, start + 1, would not fit: the record parsers decide
     has_payload = is_insert & _is(x, b',"payloa') & ~closed
     rows = np.flatnonzero(has_payload)
     p0 = q[rows] + 11
@@ -641,16 +469,11 @@ def _scan(raw: bytes | bytearray, mode: str | None, table: Any, last_key: int,
     if not (closed | has_payload | ~timed).all():
         raise _NotFlat
     payload = _payloads(a, n, rows, p0, p1)
-    if not timed.all():
-        end[~timed] = 0
-    if times is not None:
-        converted = times(mode, kind, start, end, has_end, key)
-        if converted is None:
-            raise _NotFlat
-        start, end, key = converted
 
-    source = _names(raw, head, s0, s1, table, n, has_source)
-    data = a[:size]
-    data[body] = ord("{")
-    lines = RawLines(data, body, nl + 1, start_at, a)
-    return mode, kind, source, start, end, has_end, key, payload, lines
+    source, names = _names(raw, head, s0, s1, table, n, has_source)
+    keys = Times.absent(n) if key is None else Times.ints(key)
+    return RawColumns(np.arange(first_line, first_line + n, dtype=np.int64), kind, source,
+                      names, Times.ints(start, timed), Times.ints(end, has_end),
+                      keys if mode == "seq" else Times.absent(n),
+                      keys if mode == "arrival" else Times.absent(n), payload, has_payload,
+                      raw=RawLines(a[:size], body, nl + 1, start_at, a, braces=body))

@@ -10,6 +10,7 @@ import csv
 import os
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Mapping
 
 import orjson
@@ -18,10 +19,9 @@ from engine.event import Event, LateRecord
 from engine.subscription import refuse_subscription
 from engine.times import to_ns
 
-from eventlog.format import encode_event, encode_late
-from eventlog.read import log_format
+from eventlog.format import encode_event, encode_late, log_format
 
-__all__ = ["EventLogWriter", "write_log", "RollingFileSink"]
+__all__ = ["EventLogWriter", "write_log", "RollingFileSink", "SinkStats"]
 
 _dumps = orjson.dumps
 
@@ -58,10 +58,7 @@ class EventLogWriter:
         """An ``Event`` (insert or CTI) or a ``LateRecord`` (written as its late insert)."""
         if item is None:
             raise TypeError("EventLogWriter.write(None); expected an Event or a LateRecord")
-        if item.__class__ is LateRecord:
-            self._put(encode_late(item))  # type: ignore[arg-type]
-        else:
-            self._put(encode_event(item))  # type: ignore[arg-type]
+        self._put(encode_late(item) if isinstance(item, LateRecord) else encode_event(item))
 
     def join(self, source: str) -> None:
         self._put(b'{"source":%b,"kind":"join"}\n' % _dumps(source))
@@ -103,8 +100,8 @@ def write_log(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> 
                 f.write(_dumps(dict(r)) + b"\n")
     elif fmt == "csv":
         names = [n for n in _FIELD_ORDER if any(n in r for r in rows)] or ["source", "kind", "start"]
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
+        with open(path, "w", newline="", encoding="utf-8") as text:
+            w = csv.writer(text)
             w.writerow(names)
             for r in rows:
                 w.writerow(["" if r.get(n) is None else
@@ -136,6 +133,19 @@ def write_log(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> 
 # -- the rolling file sink -------------------------------------------------------------
 
 _PART = re.compile(r"-(\d+)\.jsonl$")
+
+
+@dataclass(frozen=True, slots=True)
+class SinkStats:
+    """A ``RollingFileSink``'s counts: items written (``count``), parts published, items in
+    the part still open, and the demand it has outstanding (at most ``batch``, its bound)."""
+
+    count: int
+    parts: int
+    in_open_part: int
+    outstanding: int
+    batch: int
+    done: bool
 
 
 class RollingFileSink:
@@ -213,7 +223,8 @@ class RollingFileSink:
                   and self._clock() - self._opened_at >= self.max_seconds):
                 self._publish()
                 self._open()
-            line = encode_late(item) if item.__class__ is LateRecord else encode_event(item)
+            line = encode_late(item) if isinstance(item, LateRecord) else encode_event(item)
+            assert self._file is not None
             self._file.write(b'{"seq":%d,%b' % (self._seq, line[1:]))
             self._seq += 1
             self._in_part += 1
@@ -280,8 +291,8 @@ class RollingFileSink:
         else:
             self._discard()
 
-    def stats(self) -> dict[str, Any]:
-        return {"count": self.count, "parts": len(self.published), "in_open_part": self._in_part,
-                "outstanding": self._outstanding, "done": self.done}
+    def stats(self) -> SinkStats:
+        return SinkStats(self.count, len(self.published), self._in_part, self._outstanding,
+                         self._batch, self.done)
 
 

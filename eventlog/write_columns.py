@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from eventlog.scan import RawLines, gather
+from eventlog.columns import RawLines, gather
 
 __all__ = ["decimals", "iso_times", "late_text", "insert_lines", "DIGITS"]
 

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO, Iterable, Mapping
 
 from engine.errors import UsageError
 
-__all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path"]
+__all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path", "Output", "open_sinks"]
 
 
 def is_path(target: Any) -> bool:
@@ -171,3 +171,40 @@ def open_outputs(targets: Mapping[str, Any]) -> dict[str, AtomicOutput]:
             o.discard()
         raise
     return opened
+
+
+class Output:
+    """A binary sink: a path (written through its ``AtomicOutput``, put in place by
+    ``close(True)``, removed by ``close(False)``), a file object, or ``None`` (discard)."""
+
+    def __init__(self, target: Any, atomic: AtomicOutput | None = None) -> None:
+        self.atomic = atomic
+        if atomic is not None:
+            self.file: BinaryIO | None = atomic.file
+        elif target is None:
+            self.file = None
+        else:
+            self.file = getattr(target, "buffer", target)  # a text stream's binary buffer
+
+    def write(self, data: bytes | memoryview) -> None:
+        if self.file is not None and data:
+            self.file.write(data)
+
+    def close(self, ok: bool) -> None:
+        if self.atomic is not None:
+            if ok:
+                self.atomic.commit()
+            else:
+                self.atomic.discard()
+        elif self.file is not None:
+            self.file.flush()
+
+
+def open_sinks(targets: Mapping[str, Any]) -> list[Output]:
+    """An ``Output`` per target (option -> a path, a binary file or ``None``), in order; the
+    paths' files are created all or none (``open_outputs``)."""
+    for option, target in targets.items():
+        if not (target is None or is_path(target) or hasattr(target, "write")):
+            raise UsageError(option, f"{target!r}; expected a path, a binary file or None")
+    atomic = open_outputs(targets)
+    return [Output(target, atomic.get(option)) for option, target in targets.items()]

@@ -26,28 +26,26 @@ Output and late records are canonical JSON Lines (``docs/event-log.md``).
 
 from __future__ import annotations
 
-import gc
 import os
-import queue
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Protocol, Sequence
 
 import numpy as np
-import orjson
 
 from engine.errors import InputError, UsageError
 from engine.event import ADJUSTED, CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
+from engine.policy import Policy
+from engine.times import to_duration_ns
 from eventlog import (
     BAD_RECORD_MODES,
     CTI,
     INSERT,
     JOIN,
-    LEAVE,
     TIME_FORMATS,
     BadRecords,
+    Columns,
     SourceTable,
     cti_line,
     cti_line_iso,
@@ -55,16 +53,12 @@ from eventlog import (
     insert_line,
     insert_line_iso,
     insert_prefix,
-    iso_time,
-    late_line,
     merge_columns,
+    time_scale,
 )
-from eventlog.read import time_scale
-from eventlog.scan import PAD, Payloads, gather
-from eventlog.write_columns import decimals, insert_lines, iso_times, late_text
-from goldilocks.outputs import AtomicOutput, check_outputs, is_path
-from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
-from engine.times import to_duration_ns
+from goldilocks.ahead import ahead
+from goldilocks.columnar import Tally, run_columnar
+from goldilocks.outputs import Output, check_outputs, is_path, open_sinks
 from operators.policies import resolve_policy
 
 __all__ = [
@@ -83,7 +77,6 @@ __all__ = [
 
 COLUMNAR = "columnar"
 ELEMENT = "element"
-_NO_ACTION = 9  # join/leave rows in the columnar decision column
 
 
 class Clock(Protocol):
@@ -119,7 +112,7 @@ class VirtualClock:
         self.now += seconds
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InputStats:
     """One input (source): inserts and CTIs received (``received``), its ``join``/``leave``
     records (``control``), inserts emitted (adjusted ones included), late (dropped +
@@ -151,7 +144,7 @@ class InputStats:
         return self.received + self.control
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileStats:
     """One log file: its format, the records read from it, the bad records skipped."""
 
@@ -161,7 +154,7 @@ class FileStats:
     skipped: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlotData:
     """What ``goldilocks.plot`` draws: per record in arrival order its input code and start, and
     whether it was late; the emitted CTIs with the row after which each was emitted."""
@@ -175,7 +168,7 @@ class PlotData:
     cti_values: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReplayStats:
     """The result of a replay: per-input and per-file counts, totals, and which path ran."""
 
@@ -202,49 +195,6 @@ class ReplayStats:
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-class _Output:
-    """A binary sink: a path (written under a temporary name, put in place by ``close(True)``,
-    removed by ``close(False)``: ``goldilocks.outputs``), a file object, or ``None`` (discard)."""
-
-    def __init__(self, target: Any, what: str) -> None:
-        self.atomic: AtomicOutput | None = None
-        if target is None:
-            self.file: BinaryIO | None = None
-        elif is_path(target):
-            self.atomic = AtomicOutput(target, what)
-            self.file = self.atomic.file
-        elif hasattr(target, "write"):
-            self.file = getattr(target, "buffer", target)  # a text stream's binary buffer
-        else:
-            raise UsageError(what, f"{target!r}; expected a path, a binary file or None")
-
-    def write(self, data: bytes) -> None:
-        if self.file is not None and data:
-            self.file.write(data)
-
-    def close(self, ok: bool) -> None:
-        if self.atomic is not None:
-            if ok:
-                self.atomic.commit()
-            else:
-                self.atomic.discard()
-        elif self.file is not None:
-            self.file.flush()
-
-
-def _open_sinks(targets: dict[str, Any]) -> list[_Output]:
-    """A ``_Output`` per target, all or none (a failure discards those already created)."""
-    sinks: list[_Output] = []
-    try:
-        for what, target in targets.items():
-            sinks.append(_Output(target, what))
-    except BaseException:
-        for sink in sinks:
-            sink.close(False)
-        raise
-    return sinks
 
 
 def resolve(policy: str | Policy, delay: object = None, on_late: str = "drop") -> Policy:
@@ -378,34 +328,28 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     for p in path_list:  # before an output is created
         if not os.path.exists(p):
             raise InputError(f"{p}: no such file")
-    quarantine_out, out_sink, late_sink = _open_sinks(
+    quarantine_out, out_sink, late_sink = open_sinks(
         {"quarantine": quarantine, "out": out, "late": late})
     bad = BadRecords(bad_records, quarantine_out.file)
     table = SourceTable()
     iso = time_format == "iso"
-    modes: list = []
-    # Parsing a chunk makes ~10^5 acyclic JSON objects; reference counting frees them, the
-    # cyclic collector only rescans them. Off during the replay (about 20% faster), restored.
-    collecting = gc.isenabled()
+    modes: list[Any] = []
     chunks = None
     bar = None
     ok = False
     try:
         bar = _Progress(path_list, progress)
-        gc.disable()
-        chunks = _ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
-                                      modes=modes, time_unit=time_unit))
+        chunks = ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
+                                     modes=modes, time_unit=time_unit))
         if columnar:
-            result = _run_columnar(pol, chunks, table, out_sink, late_sink, plot, iso)
+            tally = run_columnar(pol, chunks, table, out_sink, late_sink, plot, iso)
         else:
-            result = _run_elements(pol, chunks, table, out_sink, late_sink, plot, factor,
-                                   clock or SystemClock(), modes, iso)
+            tally = _run_elements(pol, chunks, table, out_sink, late_sink, plot, factor,
+                                  clock or SystemClock(), modes, iso)
         ok = True
     finally:
         if chunks is not None:
             chunks.close()  # stops the reading thread if the replay ended early
-        if collecting:
-            gc.enable()
         if bar is not None:
             bar.close()
         # put every output in place only if the whole replay succeeded; else remove them all
@@ -418,91 +362,31 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
                 failed = failed or err
         if failed is not None:
             raise failed
-    per_input, records_per_file, totals, plot_data = result
     files = tuple(
-        FileStats(p, os.path.splitext(p)[1].lstrip(".").lower(), records_per_file.get(i, 0),
+        FileStats(p, os.path.splitext(p)[1].lstrip(".").lower(), tally.per_file.get(i, 0),
                   bad.skipped.get(p, 0))
         for i, p in enumerate(path_list))
     skipped = sum(bad.skipped.values())
     return ReplayStats(
-        inputs=per_input, files=files, path=COLUMNAR if columnar else ELEMENT,
-        policy=pol.name, delay=pol.delay, on_late=pol.on_late, records=totals["records"],
-        emitted=totals["emitted"], ctis_emitted=totals["ctis"], late=totals["late"],
-        adjusted=totals["adjusted"], skipped=skipped if bad.mode == "skip" else 0,
-        quarantined=skipped if bad.mode == "quarantine" else 0, final_cti=totals["final"],
-        seconds=time.perf_counter() - began, plot=plot_data)
+        inputs=_inputs(tally), files=files, path=COLUMNAR if columnar else ELEMENT,
+        policy=pol.name, delay=pol.delay, on_late=pol.on_late, records=tally.records,
+        emitted=tally.emitted_total, ctis_emitted=tally.ctis_total, late=tally.late_total,
+        adjusted=tally.adjusted_total, skipped=skipped if bad.mode == "skip" else 0,
+        quarantined=skipped if bad.mode == "quarantine" else 0, final_cti=tally.final,
+        seconds=time.perf_counter() - began,
+        plot=None if tally.plot is None else PlotData(tuple(tally.names), *tally.plot))
 
 
-class _Raised:
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_DONE = object()
-
-
-def _ahead(chunks, depth: int = 2):
-    """Iterate ``chunks`` while a helper thread reads and parses the next ones.
-
-    Reading, scanning and merging (mostly file reads and numpy, which release the GIL) then
-    overlap the policy and the writing on a second core. The chunks, their order and any error
-    are exactly those of ``chunks`` (an error is raised here after the chunks before it), so
-    the output does not change (TS §5.1). Memory: at most ``depth`` chunks waiting plus the
-    one being read. Closing this generator stops the helper, which closes ``chunks``.
-    """
-    waiting: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        last: object = _DONE
-        try:
-            for chunk in chunks:
-                if stop.is_set():
-                    break
-                waiting.put(chunk)
-        except BaseException as err:  # handed to the consumer and raised there, in order
-            last = _Raised(err)
-        finally:
-            try:
-                close = getattr(chunks, "close", None)
-                if close is not None:
-                    close()
-            finally:
-                waiting.put(last)  # always the helper's final item
-
-    helper = threading.Thread(target=produce, name="goldilocks-replay-read", daemon=True)
-    helper.start()
-    item: object = None
-    try:
-        while True:
-            item = waiting.get()
-            if item is _DONE:
-                return
-            if item.__class__ is _Raised:
-                raise item.error  # type: ignore[attr-defined]
-            yield item
-            item = None
-    finally:
-        stop.set()
-        while item is not _DONE and item.__class__ is not _Raised:
-            item = waiting.get()  # room for the helper until its final item
-        helper.join()
-
-
-def _inputs(names: list[str | None], received, inserts, ctis, emitted, late, adjusted,
-            control, ctis_out, last_cti: dict[int, int],
-            last_out: dict[int, int]) -> tuple[InputStats, ...]:
+def _inputs(t: Tally) -> tuple[InputStats, ...]:
     rows = []
-    for code in [-1] + list(range(len(names))):
+    for code in [-1] + list(range(len(t.names))):
         i = code + 1
-        if i >= len(received) or received[i] + control[i] == 0:
+        if i >= len(t.received) or t.received[i] + t.control[i] == 0:
             continue
-        rows.append(InputStats(names[code] if code >= 0 else None, int(received[i]),
-                               int(inserts[i]), int(ctis[i]), int(emitted[i]), int(late[i]),
-                               int(adjusted[i]), last_cti.get(code), int(control[i]),
-                               int(ctis_out[i]), last_out.get(code)))
+        rows.append(InputStats(t.names[code] if code >= 0 else None, int(t.received[i]),
+                               int(t.inserts[i]), int(t.ctis[i]), int(t.emitted[i]),
+                               int(t.late[i]), int(t.adjusted[i]), t.last_cti.get(code),
+                               int(t.control[i]), int(t.ctis_out[i]), t.last_out.get(code)))
     rows.sort(key=lambda r: (r.name is not None, r.name or ""))  # by name, merged CTIs first
     return tuple(rows)
 
@@ -510,9 +394,10 @@ def _inputs(names: list[str | None], received, inserts, ctis, emitted, late, adj
 # -- element path ----------------------------------------------------------------------
 
 
-def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_out: _Output,
-                  plot: bool, factor: float | None, clock: Clock, modes: list,
-                  iso: bool = False):
+def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out: Output,
+                  late_out: Output, plot: bool, factor: float | None, clock: Clock,
+                  modes: list[Any], iso: bool = False) -> Tally:
+    """``policy.step`` per record, each output encoded on its own (``eventlog.format``)."""
     step, join, leave = pol.step, pol.join, pol.leave
     encode_insert = insert_line_iso if iso else insert_line
     encode_cti = cti_line_iso if iso else cti_line
@@ -536,8 +421,8 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
     n_ctis = n_emitted = n_late = n_adjusted = 0
     final = None
     records = 0
-    plot_rows: list = [] if plot else None  # type: ignore[assignment]
-    plot_ctis: list = [] if plot else None  # type: ignore[assignment]
+    plot_rows: list[tuple[int, int, bool, bool]] = []
+    plot_ctis: list[tuple[int, int]] = []
     paced = factor is not None
     origin: tuple[float, int] | None = None
     write_out = out.write
@@ -584,14 +469,14 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                 state, outs = step(state, Event(CTI_KIND, st, None, None, name))
             elif k == JOIN:
                 control[i] += 1
-                state, outs = join(state, name)
+                state, outs = join(state, names[s])  # joins and leaves name their input
             else:
                 control[i] += 1
-                state, outs = leave(state, name)
-            if plot_rows is not None and k <= CTI:
+                state, outs = leave(state, names[s])
+            if plot and k <= CTI:
                 plot_rows.append((s, st, k == CTI, False))
             for o in outs:
-                if o.__class__ is LateRecord:
+                if isinstance(o, LateRecord):
                     late[i] += 1
                     n_late += 1
                     if o.action == ADJUSTED:
@@ -599,14 +484,14 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
                         n_adjusted += 1
                     if late_on:
                         lbuf.append(encode_late(o, time_format))
-                    if plot_rows is not None:
-                        plot_rows[-1] = plot_rows[-1][:3] + (True,)
+                    if plot:
+                        plot_rows[-1] = (*plot_rows[-1][:3], True)
                 elif o.kind == CTI_KIND:
                     buf.append(encode_cti(o.start))
                     n_ctis += 1
                     ctis_out[i] += 1
                     final = last_out[s] = o.start
-                    if plot_ctis is not None:
+                    if plot:
                         plot_ctis.append((len(plot_rows) - 1, o.start))
                 else:
                     src = o.source
@@ -620,261 +505,12 @@ def _run_elements(pol: Policy, chunks, table: SourceTable, out: _Output, late_ou
             records += 1
         write_out(b"".join(buf))
         write_late(b"".join(lbuf))
-    plot_data = None
+    drawn = None
     if plot:
         rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 4)
         cr = np.array(plot_ctis, dtype=np.int64).reshape(-1, 2)
-        plot_data = PlotData(tuple(names), rows[:, 0].astype(np.int32), rows[:, 1],
-                             rows[:, 2].astype(bool), rows[:, 3].astype(bool), cr[:, 0], cr[:, 1])
-    totals = {"records": records, "emitted": n_emitted, "ctis": n_ctis, "late": n_late,
-              "adjusted": n_adjusted, "final": final}
-    stats = _inputs(names, received, inserts, ctis, emitted, late, adjusted, control, ctis_out,
-                    last_cti, last_out)
-    return stats, per_file, totals, plot_data
-
-
-# -- columnar path ---------------------------------------------------------------------
-
-
-class _Counts:
-    """Per-input counters as int64 columns indexed by source code + 1, grown as inputs appear."""
-
-    __slots__ = ("received", "inserts", "ctis", "emitted", "late", "adjusted", "control",
-                 "ctis_out")
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, np.zeros(0, np.int64))
-
-    def add(self, name: str, counts: np.ndarray) -> None:
-        have = getattr(self, name)
-        if len(counts) > len(have):
-            have = np.concatenate([have, np.zeros(len(counts) - len(have), np.int64)])
-        have[:len(counts)] += counts
-        setattr(self, name, have)
-
-
-def _last_by_source(source: np.ndarray, values: np.ndarray, into: dict[int, int]) -> None:
-    """Record in ``into`` each source code's last value (rows in order)."""
-    if len(source):
-        codes, first = np.unique(source[::-1], return_index=True)
-        into.update(zip(codes.tolist(), values[::-1][first].tolist()))
-
-
-def _run_columnar(pol: Policy, chunks, table: SourceTable, out: _Output, late_out: _Output,
-                  plot: bool, iso: bool = False):
-    """One pass, chunk by chunk: the policy state (``run_columns``'s third value) is carried
-    from chunk to chunk, so nothing of a chunk outlives it. Memory: O(chunk) (TS §5.1: the
-    decisions do not depend on where the chunks are cut), plus the plot columns if asked."""
-    names = table.names
-    run = pol.run_columns  # type: ignore[attr-defined]
-    state = None
-    counts = _Counts()
-    last_cti: dict[int, int] = {}
-    last_out: dict[int, int] = {}
-    per_file: dict[int, int] = {}
-    records = n_emitted = n_ctis = n_late = n_adjusted = 0
-    final = None
-    late_on = late_out.file is not None
-    prefixes: dict[int, bytes] = {}
-    prefixes_iso = _Prefixes(names)
-    plot_parts: list[tuple] = []
-    timed_before = 0
-    for chunk in chunks:
-        n = len(chunk)
-        kind = chunk.kind
-        source = chunk.source
-        start = chunk.start
-        is_cti = kind == CTI
-        timed = kind <= CTI
-        if timed.all():
-            action, cti, state = run(is_cti, start, chunk.end, state)
-        else:  # join/leave rows are no-ops for a policy with a columnar form
-            a, c, state = run(is_cti[timed], start[timed], chunk.end[timed], state)
-            action = np.full(n, _NO_ACTION, np.int8)
-            cti = np.zeros(n, np.int64)
-            action[timed] = a
-            cti[timed] = c
-        action = np.asarray(action, np.int8)
-        cti = np.asarray(cti, np.int64)
-
-        # statistics, vectorised: rows counted per (source code + 1, kind, action)
-        width = len(names) + 1
-        cells = np.bincount((source.astype(np.int64) + 1) * 64 + kind * 16 + action,
-                            minlength=width * 64).reshape(-1, 4, 16)
-        by_kind = cells.sum(axis=2)
-        by_action = cells.sum(axis=1)
-        counts.add("received", by_kind[:, INSERT] + by_kind[:, CTI])
-        counts.add("inserts", by_kind[:, INSERT])
-        counts.add("ctis", by_kind[:, CTI])
-        counts.add("emitted", by_action[:, EMIT] + by_action[:, EMIT_ADJUSTED])
-        counts.add("late", by_action[:, DROP_LATE] + by_action[:, EMIT_ADJUSTED])
-        counts.add("adjusted", by_action[:, EMIT_ADJUSTED])
-        counts.add("control", by_kind[:, JOIN] + by_kind[:, LEAVE])
-        counts.add("ctis_out", by_action[:, CTI_EMIT])
-        cti_rows = np.flatnonzero(is_cti)
-        _last_by_source(source[cti_rows], start[cti_rows], last_cti)
-        emit_cti_rows = np.flatnonzero(action == CTI_EMIT)
-        _last_by_source(source[emit_cti_rows], cti[emit_cti_rows], last_out)
-        records += n
-        totals_by_action = by_action.sum(axis=0)
-        n_emitted += int(totals_by_action[EMIT] + totals_by_action[EMIT_ADJUSTED])
-        n_ctis += len(emit_cti_rows)
-        n_late += int(totals_by_action[DROP_LATE] + totals_by_action[EMIT_ADJUSTED])
-        n_adjusted += int(totals_by_action[EMIT_ADJUSTED])
-        if len(emit_cti_rows):
-            final = int(cti[emit_cti_rows[-1]])
-        for f, c in enumerate(np.bincount(chunk.file).tolist()):
-            if c:
-                per_file[f] = per_file.get(f, 0) + c
-        if plot:
-            is_late = (action == DROP_LATE) | (action == EMIT_ADJUSTED)
-            rows_index = np.cumsum(timed) - 1 + timed_before
-            plot_parts.append((source[timed], start[timed], is_cti[timed], is_late[timed],
-                               rows_index[emit_cti_rows], cti[emit_cti_rows]))
-            timed_before += int(timed.sum())
-
-        if iso:  # RFC 3339 times: every insert's line built with numpy (TS §5.6)
-            _write_raw(_iso_lines(chunk, prefixes_iso), action, cti, out, late_out, True)
-            continue
-        if chunk.raw is not None:
-            _write_raw(chunk.raw, action, cti, out, late_out)
-            continue
-
-        # output: per row the insert's canonical line, a CTI, an adjusted line or nothing
-        parts: list[bytes] = []
-        lparts: list[bytes] = []
-        wanted = action != CTI_SUPPRESS
-        wanted &= action != _NO_ACTION
-        if not late_on:
-            wanted &= action != DROP_LATE
-        rows = np.flatnonzero(wanted)
-        payload = chunk.payload
-        none_prefix = insert_prefix(None)
-        for i, a, s, st, en, he, c in zip(rows.tolist(), action[rows].tolist(),
-                                          source[rows].tolist(), start[rows].tolist(),
-                                          chunk.end[rows].tolist(), chunk.has_end[rows].tolist(),
-                                          cti[rows].tolist()):
-            if a == CTI_EMIT:
-                parts.append(cti_line(c))
-                continue
-            pre = prefixes.get(s)
-            if pre is None:
-                pre = prefixes[s] = insert_prefix(names[s]) if s >= 0 else none_prefix
-            line = insert_line(pre, st, en if he else None, payload[i])
-            if a == EMIT:
-                parts.append(line)
-            elif a == DROP_LATE:
-                lparts.append(late_line(line, c, "dropped", None))
-            else:  # EMIT_ADJUSTED: the clipped line out, the original to the late file
-                parts.append(insert_line(pre, c, en if he else None, payload[i]))
-                if late_on:
-                    lparts.append(late_line(line, c, "adjusted", c))
-        out.write(b"".join(parts))
-        late_out.write(b"".join(lparts))
-        del chunk, parts, lparts
-
-    plot_data = None
-    if plot:
-        def cat(k: int, dtype: Any) -> np.ndarray:
-            return np.concatenate([p[k] for p in plot_parts]) if plot_parts else np.zeros(0, dtype)
-
-        plot_data = PlotData(tuple(names), cat(0, np.int32), cat(1, np.int64), cat(2, bool),
-                             cat(3, bool), cat(4, np.int64), cat(5, np.int64))
-    totals = {"records": records, "emitted": n_emitted, "ctis": n_ctis, "late": n_late,
-              "adjusted": n_adjusted, "final": final}
-    c = counts
-    stats = _inputs(names, c.received, c.inserts, c.ctis, c.emitted, c.late, c.adjusted,
-                    c.control, c.ctis_out, last_cti, last_out)
-    return stats, per_file, totals, plot_data
-
-
-def _write_raw(raw, action: np.ndarray, cti: np.ndarray, out: _Output,
-               late_out: _Output, iso: bool = False) -> None:
-    """Write a chunk whose input lines are canonical (``eventlog.scan``): emitted inserts
-    are copied from the input bytes and late lines assembled from them with numpy; only CTIs
-    and adjusted lines are built one by one. The bytes are those ``insert_line`` and
-    ``late_line`` would write (TS §5.1); with ``iso``, the lines are ``_iso_lines`` and the
-    bytes those of ``insert_line_iso`` and ``late_line_iso``."""
-    data, body, stop = raw.data, raw.body, raw.stop
-    emit = action == EMIT
-    rows = np.flatnonzero(emit)
-    # the kept bytes: runs [body, stop) of the emitted rows, the rest skipped
-    kept = memoryview(gather(data, body[rows], stop[rows]))
-    if late_out.file is not None:
-        late = np.flatnonzero((action == DROP_LATE) | (action == EMIT_ADJUSTED))
-        if len(late):
-            late_out.write(memoryview(late_text(raw, late, cti[late],
-                                                action[late] == EMIT_ADJUSTED,
-                                                iso_times if iso else decimals)))
-    rows = np.flatnonzero((action == CTI_EMIT) | (action == EMIT_ADJUSTED))
-    if not len(rows):
-        out.write(kept)
-        return
-    lens = np.where(emit, stop - body, 0)
-    at = (np.cumsum(lens) - lens)[rows]  # where each special row goes in ``kept``
-    parts: list = []
-    pos = 0
-    for i, a, o, c in zip(rows.tolist(), action[rows].tolist(), at.tolist(),
-                          cti[rows].tolist()):
-        if o > pos:
-            parts.append(kept[pos:o])
-            pos = o
-        if a == CTI_EMIT:
-            parts.append(cti_line_iso(c) if iso else cti_line(c))
-            continue
-        # EMIT_ADJUSTED: an interval, so a comma follows its start's digits (or its RFC 3339
-        # text, which holds no comma)
-        line = data[body[i]:stop[i]].tobytes()
-        p = int(raw.start_at[i] - body[i])
-        q = line.find(b",", p)
-        parts.append(b"%b%b%b" % (line[:p], iso_time(c) if iso else b"%d" % c, line[q:]))
-    parts.append(kept[pos:])
-    out.write(b"".join(parts))
-
-
-class _Prefixes:
-    """The ``insert_prefix`` of every input name so far as a byte matrix (one row per source
-    code, ``lens`` bytes used), rebuilt when new names appear."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-        self.count = -1
-        self.matrix = np.zeros((1, 1), np.uint8)
-        self.lens = np.zeros(1, np.int64)
-
-    def get(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.count != len(self.names):
-            prefixes = [insert_prefix(name) for name in self.names] or [b""]
-            self.lens = np.array([len(p) for p in prefixes], np.int64)
-            self.matrix = np.zeros((len(prefixes), int(self.lens.max())), np.uint8)
-            for i, p in enumerate(prefixes):
-                self.matrix[i, :len(p)] = np.frombuffer(p, np.uint8)
-            self.count = len(self.names)
-        return self.matrix, self.lens
-
-
-def _iso_lines(chunk, prefixes: _Prefixes):
-    """The chunk's insert lines with RFC 3339 times (``insert_line_iso``'s bytes), built with
-    numpy (``eventlog.write_columns.insert_lines``) as ``RawLines`` for ``_write_raw``. Payload
-    texts come from the scanner's or the Parquet reader's buffer when the chunk has one, else
-    each payload is encoded once."""
-    n = len(chunk)
-    rows = np.flatnonzero(chunk.kind == INSERT)
-    payload = chunk.payload
-    if isinstance(payload, Payloads):
-        buffer = payload.buffer
-        p0 = np.zeros(n, np.int64)
-        p1 = np.zeros(n, np.int64)
-        p0[payload.rows] = payload.p0
-        p1[payload.rows] = payload.p1
-        p0, p1 = p0[rows], p1[rows]
-    else:
-        texts = [b"" if (v := payload[i]) is None else orjson.dumps(v) for i in rows.tolist()]
-        lens = np.fromiter(map(len, texts), np.int64, len(texts))
-        p1 = np.cumsum(lens)
-        p0 = p1 - lens
-        buffer = np.frombuffer(b"".join(texts) + bytes(PAD), np.uint8)
-    matrix, lens = prefixes.get()
-    return insert_lines(matrix, lens, chunk.source, chunk.start, chunk.end, chunk.has_end,
-                        buffer, p0, p1, rows, n, iso_times)
+        drawn = (rows[:, 0].astype(np.int32), rows[:, 1], rows[:, 2].astype(bool),
+                 rows[:, 3].astype(bool), cr[:, 0], cr[:, 1])
+    return Tally(names, received, inserts, ctis, emitted, late, adjusted, control, ctis_out,
+                 last_cti, last_out, per_file, records, n_emitted, n_ctis, n_late, n_adjusted,
+                 final, drawn)

@@ -48,7 +48,7 @@ from typing import Any, Iterable, NamedTuple
 from engine.contracts import MAX_DEMAND
 from engine.errors import ClosedError, InputError
 from engine.event import CTI, Event
-from eventlog import RollingFileSink
+from eventlog import RollingFileSink, SinkStats
 from engine.executors import LoopExecutor
 from engine.sources import failed
 from engine.multicast import CursorSubscription
@@ -161,7 +161,7 @@ class ServerStats(NamedTuple):
     output_buffered: int       # the output fan-out's buffer, its peak and its bound
     output_peak: int
     output_capacity: int
-    files: dict | None         # the rolling event-log sink's stats, if any
+    files: SinkStats | None    # the rolling event-log sink's stats, if any
     pending: int = 0           # connections in setup (not yet authenticated) ...
     max_pending: int = 0       # ... and their bound; the oldest is let go for a new one
     setup_evictions: int = 0   # connections in setup let go for a newer one

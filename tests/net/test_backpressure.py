@@ -264,7 +264,7 @@ def test_shutdown_is_bounded_even_with_a_subscriber_that_reads_nothing(tmp_path)
         took = loop.time() - began
         assert ended is False and took < 0.5 + 3, took
         stats = server.stats()
-        assert stats.union.done and stats.files["count"] == stats.union.emitted
+        assert stats.union.done and stats.files.count == stats.union.emitted
         assert not stats.connections
         deaf.close()
         await device.close()

@@ -102,7 +102,7 @@ def test_a_payload_nested_too_deep_is_refused_alone_and_every_output_keeps_worki
     written = list(read_records([tmp_path / "events-000000.jsonl"]))
     assert [(r["start"], r["source"]) for r in written] == [(1, "deep"), (3, "deep"),
                                                             (5, "shallow")]
-    assert server.stats().files["count"] == 3
+    assert server.stats().files.count == 3
 
 
 def _frame_of_size(stream: int, size: int, start: int = 1) -> bytes:

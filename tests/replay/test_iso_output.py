@@ -125,3 +125,20 @@ def test_the_vectorised_iso_writer_is_the_encoders_text(values):
     text = _row_texts(parts).tobytes()
     assert text == b"".join(iso_time(t) for t in values)
     assert lens.tolist() == [len(iso_time(t)) for t in values]
+
+
+def test_parquet_with_long_payloads_and_inserts_without_one_in_iso_times(tmp_path):
+    # the inserts' lines are built from the batch's payload texts: an insert without a
+    # payload between long ones must not break the ranges the texts are gathered by
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    log = tmp_path / "p.parquet"
+    long = '"' + "y" * 200 + '"'
+    pq.write_table(pa.table({"source": ["A", "A", "A", "A"], "kind": ["insert"] * 4,
+                             "start": [1, 2, 3, 4], "payload": [None, long, None, long]}), log)
+    columnar, element = io.BytesIO(), io.BytesIO()
+    replay([log], delay=0, out=tmp_path / "c.jsonl", time_format="iso", time_unit="ns")
+    replay([log], delay=0, out=element, time_format="iso", time_unit="ns")
+    assert (tmp_path / "c.jsonl").read_bytes() == element.getvalue()
+    assert element.getvalue().count(b"y" * 200) == 2

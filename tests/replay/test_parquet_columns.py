@@ -82,39 +82,37 @@ def _replay(path, tmp, columnar, **kw):
 @given(table=tables(), on_late=st.sampled_from(["drop", "adjust"]),
        bad=st.sampled_from(["fail", "skip"]))
 def test_column_path_equals_the_row_path(tmp_path_factory, table, on_late, bad):
-    import eventlog.read as reader
+    from eventlog.fast import SCANNERS
 
     d = tmp_path_factory.mktemp("pq")
     path = d / "log.parquet"
     pq.write_table(table, path)
     fast = _replay(path, d, True, on_late=on_late, bad_records=bad)
-    saved = reader._parquet_columns
-
-    def refuse(*args, **kwargs):
-        raise reader._Slow
-
-    reader._parquet_columns = refuse
+    saved = SCANNERS["parquet"]
+    SCANNERS["parquet"] = []  # every batch read as Python values
     try:
         rows = _replay(path, d, True, on_late=on_late, bad_records=bad)
     finally:
-        reader._parquet_columns = saved
+        SCANNERS["parquet"] = saved
     assert fast == rows
 
 
 def test_the_benchmark_shape_takes_the_column_path(tmp_path, monkeypatch):
-    import eventlog.read as reader
+    from eventlog import read_columns
+    from eventlog.arrow import arrow_columns
+    from eventlog.fast import SCANNERS
+    from goldilocks.columnar import _Prefixes, chunk_lines
 
     pq.write_table(pa.table({"seq": pa.array([0, 1, 2], pa.int64()),
                              "source": ["A", "B", "A"], "kind": ["insert", "cti", "insert"],
                              "start": [5, 9, 7], "payload": ['{"v":1}', None, None]}),
                    tmp_path / "f.parquet")
     taken = []
-    original = reader._parquet_columns
-    monkeypatch.setattr(reader, "_parquet_columns",
-                        lambda *a: taken.append(1) or original(*a))
-    chunks = list(reader.read_columns(tmp_path / "f.parquet"))
-    assert taken and chunks[0].raw is not None
-    assert chunks[0].raw.line(0) == b'{"source":"A","kind":"insert","start":5,"payload":{"v":1}}\n'
+    monkeypatch.setitem(SCANNERS, "parquet", [lambda *a: taken.append(1) or arrow_columns(*a)])
+    chunks = list(read_columns(tmp_path / "f.parquet"))
+    raw = chunk_lines(chunks[0], _Prefixes(["A", "B"]))  # the inserts' lines, with numpy
+    assert taken and raw is not None
+    assert raw.line(0) == b'{"source":"A","kind":"insert","start":5,"payload":{"v":1}}\n'
     assert list(chunks[0].payload) == [{"v": 1}, None, None]
 
 
@@ -150,7 +148,7 @@ def test_insert_lines_are_the_encoders_bytes(rows):
 
 @pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
 def test_timestamp_columns_read_as_nanoseconds_on_both_paths(tmp_path, unit, monkeypatch):
-    import eventlog.read as reader
+    from eventlog.fast import SCANNERS
 
     t = pa.array([1_700_000_000, 1_700_000_001, 1_700_000_005], pa.timestamp("s", tz="UTC"))
     pq.write_table(pa.table({"arrival": t.cast(pa.timestamp(unit, tz="UTC")),
@@ -158,6 +156,6 @@ def test_timestamp_columns_read_as_nanoseconds_on_both_paths(tmp_path, unit, mon
                              "start": t.cast(pa.timestamp(unit, tz="UTC")),
                              "payload": ['{"v":1}', None, "null"]}), tmp_path / "t.parquet")
     fast = _replay(tmp_path / "t.parquet", tmp_path, True)
-    monkeypatch.setattr(reader, "_parquet_columns", lambda *a: (_ for _ in ()).throw(reader._Slow))
+    monkeypatch.setitem(SCANNERS, "parquet", [])
     assert _replay(tmp_path / "t.parquet", tmp_path, True) == fast
     assert fast[0].startswith(b'{"source":"A","kind":"insert","start":1700000000000000000,')

@@ -181,7 +181,9 @@ def test_columnar_path_over_any_chunk_split_writes_the_element_bytes(tmp_path_fa
     # TS §5.1: the columnar path carries the policy state across chunks; where the chunks
     # are cut (hypothesis chooses, empty chunks included) changes no byte and no count
     from eventlog import BadRecords, SourceTable, merge_columns
-    from goldilocks.replay import _Output, _run_columnar
+    from goldilocks.columnar import run_columnar
+    from goldilocks.outputs import Output
+    from goldilocks.replay import PlotData, _inputs
 
     d = tmp_path_factory.mktemp("split")
     log = d / "log.jsonl"
@@ -193,8 +195,10 @@ def test_columnar_path_over_any_chunk_split_writes_the_element_bytes(tmp_path_fa
     table = SourceTable()
     col_out, col_late = io.BytesIO(), io.BytesIO()
     chunks = _rechunk(merge_columns([str(log)], table=table, bad=BadRecords()), cuts)
-    stats, _, totals, plot = _run_columnar(policy, chunks, table, _Output(col_out, "out"),
-                                           _Output(col_late, "late"), True)
+    tally = run_columnar(policy, chunks, table, Output(col_out), Output(col_late), True)
+    stats, plot = _inputs(tally), PlotData(tuple(tally.names), *tally.plot)
+    totals = {"emitted": tally.emitted_total, "ctis": tally.ctis_total,
+              "late": tally.late_total, "adjusted": tally.adjusted_total, "final": tally.final}
     el_out, el_late = io.BytesIO(), io.BytesIO()
     b = replay([log], policy=policy, out=el_out, late=el_late, plot=True)
     assert b.path == ELEMENT
@@ -210,7 +214,7 @@ def test_columnar_path_over_any_chunk_split_writes_the_element_bytes(tmp_path_fa
 def test_columnar_path_keeps_no_whole_log_state(tmp_path, monkeypatch):
     # bounded memory: a log of many chunks is decided chunk by chunk — the kernel never sees
     # more rows than one chunk holds
-    import eventlog.read as reader
+    import eventlog.jsonl as reader
     from operators.policies import goldilocks
 
     monkeypatch.setattr(reader, "CHUNK_BYTES", 4096)
@@ -296,8 +300,8 @@ def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data
     import numpy as np
 
     from eventlog import SourceTable, insert_line, insert_prefix, late_line
-    from eventlog.scan import scan_block
     from eventlog.write_columns import late_text
+    from tests.replay.conftest import scan_block
 
     lines = [insert_line(insert_prefix(src), t, t + 1 if interval and t < 2**62 else None, p)
              for src, t, interval, p in rows]
@@ -315,7 +319,7 @@ def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data
 
 
 def test_reading_ahead_keeps_the_order_and_raises_where_the_reader_did():
-    from goldilocks.replay import _ahead
+    from goldilocks.ahead import ahead as _ahead
 
     def chunks():
         yield from range(5)
@@ -331,7 +335,7 @@ def test_reading_ahead_keeps_the_order_and_raises_where_the_reader_did():
 def test_closing_the_read_ahead_stops_and_closes_the_reader():
     import threading
 
-    from goldilocks.replay import _ahead
+    from goldilocks.ahead import ahead as _ahead
 
     closed = threading.Event()
 

@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventlog import insert_line, insert_prefix
-from eventlog.read import BadRecords, SourceTable, _FileState, _jsonl_chunk
-from eventlog.scan import scan_block
+from eventlog import BadRecords, SourceTable
+from eventlog.jsonl import object_columns as _jsonl_chunk
+from eventlog.records import FileState as _FileState
+from tests.replay.conftest import scan_block
 from engine.times import MAX_TIME, MIN_TIME
 
 ints = st.one_of(st.integers(-5, 30), st.integers(MIN_TIME, MAX_TIME),
@@ -323,7 +325,7 @@ def test_firsts_cover_every_payload(texts, data):
 def test_scanning_in_place_ignores_the_bytes_after_the_block(raw, after):
     # the reader scans its buffer in place; what follows the block there (the start of the
     # next line, then zeros) must change nothing
-    from eventlog.scan import PAD
+    from eventlog.columns import PAD
 
     copied = scan_block(raw, None, SourceTable(), -(2**63))
     buf = bytearray(raw + after + bytes(PAD))
@@ -349,7 +351,7 @@ def test_reading_in_blocks_of_any_size_gives_the_same_records(rows, chunk, newli
     # records and their line numbers do not depend on where the reader's blocks end
     import tempfile
 
-    import eventlog.read as reader
+    import eventlog.jsonl as reader
     from eventlog import read_records
 
     lines = []

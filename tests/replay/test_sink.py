@@ -68,7 +68,7 @@ def test_parts_are_published_complete_and_in_order(tmp_path):
     assert max(pub.requests) <= 4  # demand in batches, never unbounded
     records = list(read_records([tmp_path / n for n in names]))
     assert [r["start"] for r in records] == list(range(25))
-    assert sink.stats()["count"] == 25
+    assert sink.stats().count == 25
 
 
 def test_no_partial_part_is_visible_while_writing(tmp_path):

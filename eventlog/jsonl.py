@@ -1,0 +1,118 @@
+"""Reading JSON Lines logs in blocks: the fast scanners first, the object path for the rest.
+
+The file is read in blocks of ``CHUNK_BYTES`` of whole lines, each into a fresh buffer with
+``PAD`` spare bytes, so that a scanner can read it in place (``eventlog.fast``). A block no
+scanner takes is decoded by orjson — the whole block as one array when it decodes so, else
+line by line, so that a line that is not JSON is named — and handed to the rules of a record
+(``eventlog.records``) as Python values. Memory: one block and its records.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import orjson
+
+from eventlog.columns import PAD, Columns
+from eventlog.fast import fast_columns
+from eventlog.records import MISSING, Block, FileState, from_fields, settle
+
+__all__ = ["CHUNK_BYTES", "read_jsonl", "object_columns"]
+
+#: bytes of JSON Lines read per block (the memory bound of the JSON Lines reader)
+CHUNK_BYTES = 4 << 20
+
+_loads = orjson.loads
+_FIELDS = ("source", "kind", "start", "end", "payload")
+_UNREADABLE: Any = type("Unreadable", (), {})()
+
+
+def _decode_error(raw: bytes, err: Exception, last: bool) -> str:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return (f"byte 0x{raw[bad.start]:02x} at column {bad.start + 1} is not valid UTF-8; "
+                "expected UTF-8 text")
+    hint = " (truncated last line: the file ends without a newline mid-record)" if last else ""
+    return f"not valid JSON: {err}{hint}"
+
+
+def object_columns(lines: list[bytes], first_line: int, st: FileState, last: bool) -> Columns:
+    """The object path: ``lines`` (numbered from ``first_line``; ``last``: the file's last
+    line, without its newline) decoded by orjson, judged by the rules of a record."""
+    objs: list[Any] | None = None
+    texts = lines
+    numbers: Any = None
+    unreadable: dict[int, tuple[str, str | None]] = {}
+    try:
+        objs = _loads(b"[" + b",".join(lines) + b"]")
+        if len(objs) != len(lines):  # a line held more than one value
+            objs = None
+    except orjson.JSONDecodeError:
+        pass
+    if objs is None:  # line by line: blank lines skipped, each line's error its own
+        objs, texts, numbers = [], [], []
+        final = len(lines) - 1
+        for i, raw in enumerate(lines):
+            if not raw.strip():
+                continue  # a blank line holds no record
+            try:
+                obj = _loads(raw)
+            except orjson.JSONDecodeError as err:
+                unreadable[len(objs)] = (_decode_error(raw, err, last and i == final), None)
+                obj = _UNREADABLE
+            objs.append(obj)
+            texts.append(raw)
+            numbers.append(first_line + i)
+    n = len(objs)
+    row_lines = (np.arange(first_line, first_line + n, dtype=np.int64) if numbers is None
+                 else np.array(numbers, np.int64).reshape(n))
+    wanted = _FIELDS + (("arrival", "seq") if st.mode is None else
+                        () if st.mode == "position" else (st.mode,))
+    not_record = None
+    if set(map(type, objs)) <= {dict}:
+        fields = {f: [o.get(f, MISSING) for o in objs] for f in wanted}
+    else:
+        records = [o if type(o) is dict else {} for o in objs]
+        fields = {f: [o.get(f, MISSING) for o in records] for f in wanted}
+        not_record = np.array([type(o) is not dict for o in objs], np.bool_)
+    return settle(from_fields(fields, row_lines, objects=objs, text=texts.__getitem__,
+                              unreadable=unreadable, not_record=not_record), st)
+
+
+def read_jsonl(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
+    """The file's records, a block of ``CHUNK_BYTES`` at a time."""
+    size = CHUNK_BYTES
+    # Each block is read into a fresh buffer after the previous block's unfinished line, with
+    # room for the scanner's padding, so the scanner works on it in place: no copies.
+    with open(st.path, "rb", buffering=0) as f:
+        rest = b""
+        line = 1
+        while True:
+            held = len(rest)
+            buf = bytearray(held + size + PAD)
+            buf[:held] = rest
+            with memoryview(buf) as view:
+                got = f.readinto(view[held:held + size])
+            if not got:
+                break
+            if on_bytes is not None:
+                on_bytes(got)
+            end = held + got
+            cut = buf.rfind(b"\n", 0, end)
+            if cut < 0:
+                rest = bytes(buf[:end])
+                continue
+            rest = bytes(buf[cut + 1:end])
+            scanned = fast_columns(Block("jsonl", buf, cut + 1, line, st))
+            if scanned is not None:
+                yield scanned
+                line += len(scanned)
+                continue
+            lines = bytes(buf[:cut]).split(b"\n")
+            del buf
+            yield object_columns(lines, line, st, False)
+            line += len(lines)
+        if rest.strip():
+            yield object_columns([rest], line, st, True)

@@ -1,0 +1,173 @@
+"""Logs into one stream of ``Columns``: each file read by its format's reader, several files
+merged by ``(order key, file index, line)`` (TS §5.2).
+
+The merge streams: a row is released once no unread row of another file can sort before it.
+Memory: one chunk per file plus the runs of equal order keys.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from engine.errors import InputError
+
+from eventlog.columns import Columns, SourceTable
+from eventlog.csv_log import read_csv
+from eventlog.format import CTI, KIND_NAMES, log_format
+from eventlog.jsonl import read_jsonl
+from eventlog.parquet import read_parquet
+from eventlog.records import BadRecords, FileState, time_scale
+
+__all__ = ["read_columns", "merge_columns", "read_records"]
+
+_READERS: dict[str, Callable[[FileState, Callable[[int], None] | None], Iterator[Columns]]] = {
+    "jsonl": read_jsonl, "csv": read_csv, "parquet": read_parquet}
+
+
+def _open(path: str | os.PathLike[str], index: int, table: SourceTable, bad: BadRecords,
+          scale: int | None, on_bytes: Callable[[int], None] | None
+          ) -> tuple[FileState, Iterator[Columns]]:
+    state = FileState(os.fspath(path), index, table, bad, scale)
+    if not os.path.exists(state.path):
+        raise InputError(f"{state.path}: no such file")
+    return state, _READERS[log_format(state.path)](state, on_bytes)
+
+
+def read_columns(path: str | os.PathLike[str], *, index: int = 0,
+                 table: SourceTable | None = None, bad: BadRecords | None = None,
+                 on_bytes: Callable[[int], None] | None = None,
+                 time_unit: str | None = None) -> Iterator[Columns]:
+    """Stream one log file as ``Columns`` chunks in file order (memory: one chunk).
+    ``time_unit``: the unit of integer times (``time_scale``)."""
+    return _open(path, index, table or SourceTable(), bad or BadRecords(),
+                 time_scale(time_unit), on_bytes)[1]
+
+
+class _FileReader:
+    __slots__ = ("state", "chunks")
+
+    def __init__(self, state: FileState, chunks: Iterator[Columns]) -> None:
+        self.state = state
+        self.chunks = chunks
+
+    def next_chunk(self) -> Columns | None:
+        for chunk in self.chunks:
+            if len(chunk):
+                return chunk
+        return None
+
+
+def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable,
+                  bad: BadRecords, on_bytes: Callable[[int], None] | None = None,
+                  modes: list[Any] | None = None,
+                  time_unit: str | None = None) -> Generator[Columns, None, None]:
+    """Merge files by ``(order key, file index, line)`` (TS §5.2), streaming, in chunks.
+
+    A row is released once no unread row of another file can sort before it: every file's
+    rows are non-decreasing in key, so rows with key below the smallest "last read key" of the
+    unfinished files are final. Memory: one chunk per file plus runs of equal keys.
+    ``modes`` (if given) is filled with each file's reading state; ``.mode`` is its order key
+    (``"arrival"``, ``"seq"``, ``"position"``, or ``None`` until its first record).
+    ``time_unit``: the unit of the logs' integer times (``time_scale``; ``None``:
+    nanoseconds, implausible values refused).
+    """
+    scale = time_scale(time_unit)
+    readers = [_FileReader(*_open(p, i, table, bad, scale, on_bytes))
+               for i, p in enumerate(paths)]
+    if modes is not None:
+        modes[:] = [r.state for r in readers]
+    try:
+        if len(readers) == 1:
+            for chunk in readers[0].chunks:
+                if len(chunk):
+                    yield chunk
+            return
+        yield from _merge(readers)
+    finally:
+        for r in readers:
+            close = getattr(r.chunks, "close", None)
+            if close is not None:
+                close()
+
+
+def _check_modes(readers: list[_FileReader]) -> None:
+    seen: dict[str, str] = {}
+    for r in readers:
+        if r.state.mode is not None:
+            seen.setdefault(r.state.mode, r.state.path)
+    if len(seen) > 1:
+        (m1, p1), (m2, p2) = list(seen.items())[:2]
+        raise InputError(f"{p1} is ordered by {m1!r} but {p2} by {m2!r}; all files of one replay "
+                         "must use the same order key (TS §5.2)")
+
+
+def _merge(readers: list[_FileReader]) -> Iterator[Columns]:
+    pending: list[Columns | None] = [None] * len(readers)
+    done = [False] * len(readers)
+
+    def refill(i: int) -> None:
+        chunk = readers[i].next_chunk()
+        if chunk is None:
+            done[i] = True
+        else:
+            held = pending[i]
+            pending[i] = chunk if held is None else Columns.concat([held, chunk])
+
+    for i in range(len(readers)):
+        refill(i)
+    while True:
+        _check_modes(readers)
+        live = [i for i in range(len(readers)) if not done[i]]
+        bound = min(int(p.key[-1]) for i in live if (p := pending[i]) is not None) if live else 0
+        parts = []
+        for i, p in enumerate(pending):
+            if p is None or not len(p):
+                continue
+            if not live:
+                parts.append(p)
+                pending[i] = None
+                continue
+            cut = int(np.searchsorted(p.key, bound, side="left"))
+            if cut:
+                parts.append(p.take(np.arange(cut)) if cut < len(p) else p)
+                pending[i] = p.take(np.arange(cut, len(p))) if cut < len(p) else None
+        if parts:
+            merged = Columns.concat(parts)
+            order = np.lexsort((merged.line, merged.file, merged.key))  # TS §5.2 tie-break
+            yield merged.take(order)
+        if not live:
+            return
+        for i in live:
+            p = pending[i]
+            if p is None or int(p.key[-1]) <= bound:
+                refill(i)
+
+
+def read_records(paths: Iterable[str | os.PathLike[str]], *, bad_records: str = "fail",
+                 quarantine: BinaryIO | None = None,
+                 time_unit: str | None = None) -> Iterable[dict[str, Any]]:
+    """Merged records as plain dicts (``source, kind, start, end, payload, file, line``).
+
+    A convenience for tests and small tools: one dict per record, in replay order (TS §5.2);
+    memory is one chunk per file. Replay itself works on the columns. ``time_unit``: the
+    unit of integer times (``replay``'s).
+    """
+    table = SourceTable()
+    bad = BadRecords(bad_records, quarantine)
+    for chunk in merge_columns([os.fspath(p) for p in paths], table=table, bad=bad,
+                               time_unit=time_unit):
+        for k, s, st, en, he, pl, f, ln in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                               chunk.start.tolist(), chunk.end.tolist(),
+                                               chunk.has_end.tolist(), chunk.payload,
+                                               chunk.file.tolist(), chunk.line.tolist()):
+            rec: dict[str, Any] = {"source": table.name(s), "kind": KIND_NAMES[k]}
+            if k <= CTI:
+                rec["start"] = st
+                rec["end"] = en if he else None
+            rec["payload"] = pl
+            rec["file"] = f
+            rec["line"] = ln
+            yield rec

@@ -1,0 +1,100 @@
+"""Reading Parquet logs, a batch of ``PARQUET_ROWS`` rows at a time.
+
+Each batch goes to the fast scanners (``eventlog.fast``: Arrow columns straight to numpy);
+a batch they do not take is read as Python values (times of a timestamp column as
+nanoseconds, payload texts decoded) and handed to the rules of a record
+(``eventlog.records``). A null cell is a missing field. Memory: one batch and the row group
+pyarrow decodes it from.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import orjson
+
+from engine.errors import InputError
+
+from eventlog.columns import Columns
+from eventlog.fast import fast_columns
+from eventlog.records import MISSING, Block, FileState, Ns, from_fields, settle
+
+__all__ = ["PARQUET_ROWS", "read_parquet"]
+
+#: rows per batch of the Parquet reader
+PARQUET_ROWS = 65_536
+
+_COLUMNS = ("seq", "source", "kind", "start", "end", "payload", "arrival")
+
+
+class _Rows:
+    """A batch's rows as records (dicts of the fields present), built on demand: only the
+    bad rows' are needed, for their messages and the quarantine."""
+
+    def __init__(self, fields: dict[str, list[Any]]) -> None:
+        self.fields = fields
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {name: v[i] for name, v in self.fields.items() if v[i] is not MISSING}
+
+    def text(self, i: int) -> bytes:
+        return orjson.dumps(self[i], default=str)
+
+
+def _values(batch: Any, pa: Any, n: int) -> tuple[dict[str, list[Any]], dict[int, tuple[str, str | None]]]:
+    """The batch's columns as Python values (``MISSING`` where null) and the rows whose
+    payload text is not JSON."""
+    fields: dict[str, list[Any]] = {}
+    unreadable: dict[int, tuple[str, str | None]] = {}
+    for name in batch.schema.names:
+        col = batch.column(name)
+        if pa.types.is_timestamp(col.type):  # nanoseconds, whatever the unit of integers
+            col = col.cast(pa.timestamp("ns", tz=col.type.tz)).cast(pa.int64())
+            fields[name] = [MISSING if v is None else Ns(v) for v in col.to_pylist()]
+            continue
+        values = [MISSING if v is None else v for v in col.to_pylist()]
+        if name == "payload":
+            for i, text in enumerate(values):
+                if text is not MISSING:
+                    try:
+                        values[i] = orjson.loads(text)
+                    except (orjson.JSONDecodeError, TypeError) as err:
+                        unreadable[i] = (f"not valid JSON text: {err}", "payload")
+        fields[name] = values
+    return fields, unreadable
+
+
+def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
+    """The file's records, a batch at a time."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as err:  # pragma: no cover - depends on the installed extras
+        raise InputError(f"{st.path}: reading Parquet needs pyarrow (pip install "
+                         "'goldilocks[parquet]')") from err
+    try:
+        pf = pq.ParquetFile(st.path)
+    except Exception as err:
+        raise st.error(1, f"not a readable Parquet file: {err}") from err
+    if on_bytes is not None:
+        on_bytes(os.path.getsize(st.path))
+    names = set(pf.schema_arrow.names)
+    for required in ("source", "kind", "start"):
+        if required not in names:
+            raise st.error(1, f"no {required!r} column; expected at least source, kind, start",
+                           required)
+    wanted = [c for c in _COLUMNS if c in names]
+    row = 0
+    for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=wanted):
+        n = batch.num_rows
+        fast = fast_columns(Block("parquet", batch, n, row + 1, st)) if n else None
+        if fast is not None:
+            yield fast
+        else:
+            fields, unreadable = _values(batch, pa, n)
+            rows = _Rows(fields)
+            yield settle(from_fields(fields, np.arange(row + 1, row + n + 1, dtype=np.int64),
+                                     objects=rows, text=rows.text, unreadable=unreadable), st)
+        row += n

@@ -1,0 +1,651 @@
+"""The validity rules of a record, written once (``docs/event-log.md``, TS §5.2-5.4).
+
+Every parser of every format — the vectorised scanners (``eventlog.fast``) and the object path
+(JSON decoded by orjson, CSV cells, Parquet rows as Python values) — hands its block to this
+module as ``RawColumns``: one row per record, each value as found, and for each time *what*
+was found (absent, null, an integer in the file's unit, nanoseconds, an integer beyond int64,
+not an instant). Parsers decide nothing about validity; ``_verdict`` applies every rule below
+to all rows at once with numpy and gives each row the first rule it breaks, in the order the
+rules are listed (a record breaking several is reported for the first):
+
+==================  ===============================================================
+rule                a row breaks it when
+==================  ===============================================================
+``UNREADABLE``      its text is not one value of the format (not JSON, not UTF-8, …)
+``NOT_RECORD``      it is not an object
+``KIND_MISSING``    it has no ``kind``
+``KIND_UNKNOWN``    its kind is not insert, cti, join or leave
+``SOURCE_MISSING``  an insert, join or leave without a ``source``
+``SOURCE_TYPE``     a ``source`` that is not a string
+``START_*``         an insert or CTI whose ``start`` is missing or not an instant (TS §5.4)
+``CTI_END``         a CTI with an ``end``
+``CTI_PAYLOAD``     a CTI with a payload
+``POINT_AT_MAX``    a point at the latest instant (its one-tick lifetime does not fit)
+``END_*``           an interval whose ``end`` is not an instant, or not after its start
+``KEY_*``           the file's order key (TS §5.2): missing, not an instant or an int64,
+                    or before the previous good record's
+==================  ===============================================================
+
+The order key is the first good record's ``arrival``, else its ``seq``, else its position.
+
+``accept`` (the fast scanners) takes a block only if every row is good; ``settle`` (the
+object path) keeps the good rows and hands each bad one, in order, to ``BadRecords`` with
+``explain``'s error: file:line, field and what was expected (TS §5.3). Both build the same
+``Columns`` from the same rules, so which parser read a block never changes the records, the
+names' codes or the errors.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+import orjson
+
+from engine.errors import BadRecordError, InputError, TimeFormatError
+from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, format_rfc3339,
+                          looks_unscaled, to_ns)
+
+from eventlog.columns import Columns, Payloads, RawLines, SourceTable
+from eventlog.format import BAD_RECORD_MODES, CTI, INSERT, KIND_CODES
+
+__all__ = [
+    "ABSENT", "NULL", "INT", "NS", "BIG", "BAD",
+    "NO_KIND", "BAD_KIND", "NOT_RECORD", "NO_SOURCE", "BAD_SOURCE",
+    "MISSING",
+    "Times",
+    "Block",
+    "RawColumns",
+    "FileState",
+    "BadRecords",
+    "time_scale",
+    "Ns",
+    "times_of",
+    "from_fields",
+    "accept",
+    "settle",
+]
+
+# what a time cell held (``Times.state``)
+ABSENT, NULL, INT, NS, BIG, BAD = 0, 1, 2, 3, 4, 5
+# kind codes beside INSERT, CTI, JOIN, LEAVE
+NO_KIND, BAD_KIND, NOT_RECORD = -1, -2, -3
+# source codes beside an index into the names
+NO_SOURCE, BAD_SOURCE = -1, -2
+
+#: a field the record does not have (beside ``None``: it has it, as null)
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+
+class Times(NamedTuple):
+    """A time column as found: ``value`` int64 (the integer in the file's unit where ``state``
+    is ``INT``, nanoseconds where ``NS``, 0 elsewhere) and ``state`` int8 per row."""
+
+    value: np.ndarray
+    state: np.ndarray
+
+    @staticmethod
+    def absent(n: int) -> Times:
+        return Times(np.zeros(n, np.int64), np.zeros(n, np.int8))
+
+    @staticmethod
+    def ints(values: np.ndarray, present: np.ndarray | None = None) -> Times:
+        """Integers in the file's unit (``present``: where there is one; the rest absent)."""
+        if present is None:
+            return Times(values, np.full(len(values), INT, np.int8))
+        return Times(values, np.where(present, INT, ABSENT).astype(np.int8))
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """A piece of one log as a reader hands it to the fast scanners (``eventlog.fast``).
+
+    ``format``: ``"jsonl"`` (``data`` a bytearray whose first ``size`` bytes are whole lines,
+    followed by at least ``PAD`` spare bytes) or ``"parquet"`` (``data`` a pyarrow
+    ``RecordBatch``; ``size`` its rows). ``first_line``: the line (row) number of its first
+    record; ``state``: the file's reading state (order key, unit, source table).
+    """
+
+    format: str
+    data: Any
+    size: int
+    first_line: int
+    state: FileState
+
+
+@dataclass(eq=False)
+class RawColumns:
+    """One block as a parser found it, before any rule (one row per record).
+
+    ``kind`` int8 (a kind code, or ``NO_KIND``/``BAD_KIND``/``NOT_RECORD``); ``source``
+    int32 (an index into ``names``, or ``NO_SOURCE``/``BAD_SOURCE``; with ``names`` ``None``
+    the codes are already the ``SourceTable``'s); ``payload`` a list (``None``: none) or
+    ``Payloads``, and ``has_payload`` where there is one; ``unreadable``: rows whose text is
+    not a value at all, with their message and field. ``objects[i]`` is row ``i``'s record
+    as Python values, for messages (``None``: a fast scanner's block, taken whole or not at
+    all); ``text(i)`` its input text, for the quarantine. ``counted``: rows that take a
+    position (``None``: all). ``raw``: the rows' canonical lines, if the parser proved them.
+    """
+
+    lines: np.ndarray
+    kind: np.ndarray
+    source: np.ndarray
+    names: list[str] | None
+    start: Times
+    end: Times
+    seq: Times
+    arrival: Times
+    payload: Sequence[Any]
+    has_payload: np.ndarray
+    objects: Any = None
+    text: Callable[[int], bytes | str] | None = None
+    unreadable: dict[int, tuple[str, str | None]] = field(default_factory=dict)
+    counted: np.ndarray | None = None
+    raw: RawLines | None = None
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+@dataclass
+class BadRecords:
+    """What to do with a bad record (TS §5.3): ``fail`` (raise), ``skip`` or ``quarantine``.
+
+    Counts per file are kept in ``skipped``; with ``quarantine`` each bad record is also
+    appended to ``sink`` (a binary file) as ``{"file","line","error","raw"}``.
+    """
+
+    mode: str = "fail"
+    sink: Any = None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in BAD_RECORD_MODES:
+            raise InputError(f"bad_records={self.mode!r}; expected one of {', '.join(BAD_RECORD_MODES)}")
+        if self.mode == "quarantine" and self.sink is None:
+            raise InputError("bad_records='quarantine' needs a quarantine file")
+
+    def handle(self, err: BadRecordError, raw: bytes | str) -> None:
+        if self.mode == "fail":
+            raise err
+        self.skipped[err.path] = self.skipped.get(err.path, 0) + 1  # TS §5.3: counted
+        if self.sink is not None:
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+            self.sink.write(orjson.dumps({"file": err.path, "line": err.line,
+                                          "error": str(err), "raw": text.rstrip("\r\n")}) + b"\n")
+
+
+def time_scale(time_unit: str | None) -> int | None:
+    """Nanoseconds per unit of a log's integer times: ``None`` (no unit given: nanoseconds,
+    refusing integers implausible as such, ``engine.times.looks_unscaled``) or a
+    ``TIME_UNITS`` name (``"s"``, ``"ms"``, ``"us"``, ``"ns"``: taken in that unit, unchecked)."""
+    if time_unit is None:
+        return None
+    try:
+        return TIME_UNITS[time_unit]
+    except (KeyError, TypeError):
+        raise InputError(f"time_unit={time_unit!r}; expected one of "
+                         f"{', '.join(TIME_UNITS)} or None") from None
+
+
+class FileState:
+    """Per-file reading state: order-key mode, last key, record position, and the unit of
+    integer times (``scale``: see ``time_scale``)."""
+
+    __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position", "scale")
+
+    def __init__(self, path: str, index: int, table: SourceTable, bad: BadRecords,
+                 scale: int | None = None) -> None:
+        self.path = path
+        self.index = index
+        self.table = table
+        self.bad = bad
+        self.scale = scale
+        self.mode: str | None = None  # "arrival" | "seq" | "position"
+        self.last_key = -(2**63)
+        self.position = 0
+
+    def error(self, line: int, message: str, field: str | None = None) -> BadRecordError:
+        return BadRecordError(self.path, line, message, field=field)
+
+
+# -- instants as Python values (the object path) ---------------------------------------
+
+#: more than six fractional digits: ``datetime`` would keep microseconds only, so ``to_ns``
+#: reads them (nanoseconds kept, digits past the ninth truncated: one rule for every reader)
+_FRACTION_DIGITS = re.compile(r"[.,]\d{7}")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_INT64 = range(-(2**63), 2**63)
+
+
+@lru_cache(maxsize=65_536)
+def _iso_ns(text: str) -> int:
+    """ISO-8601 instant with an offset -> ns; the common forms without pendulum (cached)."""
+    if _FRACTION_DIGITS.search(text):  # sub-microsecond digits: to_ns's rule (TS §1.4)
+        return to_ns(text, what="instant")
+    try:
+        value = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return to_ns(text, what="instant")
+    if value.tzinfo is None or value.utcoffset() is None or "T" not in text.upper():
+        return to_ns(text, what="instant")
+    delta = value - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+class Ns(int):
+    """An integer that is nanoseconds whatever the file's unit: a typed timestamp column's."""
+
+    __slots__ = ()
+
+
+def _cell(value: Any, instant: bool) -> tuple[int, int]:
+    """``(value, state)`` of one time cell (see ``Times``)."""
+    t = type(value)
+    if t is int:
+        return (value, INT) if value in _INT64 else (0, BIG)
+    if value is MISSING:
+        return 0, ABSENT
+    if value is None:
+        return 0, NULL
+    if instant:
+        if t is Ns:
+            return int(value), NS
+        if t is str:
+            try:
+                ns = _iso_ns(value)
+            except TimeFormatError:
+                return 0, BAD
+            return (ns, NS) if ns in _INT64 else (0, BIG)
+    return 0, BAD
+
+
+def times_of(values: list[Any], instant: bool = True) -> Times:
+    """A time column from Python values (``MISSING`` where a record has no such field):
+    ``instant`` for start, end and arrival (integers or ISO-8601 text), else an integer
+    (seq)."""
+    n = len(values)
+    types = set(map(type, values))
+    if types == {int}:
+        try:
+            return Times(np.array(values, np.int64), np.full(n, INT, np.int8))
+        except OverflowError:
+            pass
+    elif len(types) == 1 and values and values[0] is MISSING:
+        return Times.absent(n)
+    cells = [_cell(v, instant) for v in values]
+    value = np.fromiter((c[0] for c in cells), np.int64, n)
+    state = np.fromiter((c[1] for c in cells), np.int8, n)
+    return Times(value, state)
+
+
+_KIND_OF: dict[Any, int] = {**KIND_CODES, MISSING: NO_KIND}
+
+
+def _kinds(values: list[Any]) -> np.ndarray:
+    try:
+        codes = [_KIND_OF.get(k, BAD_KIND) for k in values]
+    except TypeError:  # an unhashable kind (an object or an array)
+        codes = [BAD_KIND if type(k) in (dict, list) else _KIND_OF.get(k, BAD_KIND)
+                 for k in values]
+    return np.array(codes, np.int8).reshape(len(values))
+
+
+def _sources(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """Local codes (indices into the names, in order of first appearance) of a source column."""
+    n = len(values)
+    if set(map(type, values)) == {str}:
+        index = {name: i for i, name in enumerate(dict.fromkeys(values))}
+        return np.fromiter(map(index.__getitem__, values), np.int32, n), list(index)
+    index = {}
+    codes = []
+    for v in values:
+        if type(v) is str:
+            c = index.get(v)
+            if c is None:
+                c = index[v] = len(index)
+        else:
+            c = NO_SOURCE if v is None or v is MISSING else BAD_SOURCE
+        codes.append(c)
+    return np.array(codes, np.int32).reshape(n), list(index)
+
+
+def from_fields(fields: dict[str, list[Any]], lines: np.ndarray, *,
+                objects: Any, text: Callable[[int], bytes | str],
+                unreadable: dict[int, tuple[str, str | None]] | None = None,
+                not_record: np.ndarray | None = None,
+                counted: np.ndarray | None = None) -> RawColumns:
+    """``RawColumns`` from Python values per field (``source``, ``kind``, ``start``, ``end``,
+    ``payload``, ``seq``, ``arrival``; ``MISSING`` where a record has no such field): the
+    object path of every format. ``not_record``: rows that are not objects."""
+    n = len(lines)
+    none = [MISSING] * n
+    kind = _kinds(fields.get("kind", none))
+    if unreadable:
+        kind[list(unreadable)] = NOT_RECORD  # no fields: the unreadable rule comes first
+    if not_record is not None:
+        kind[not_record] = NOT_RECORD
+    source, names = _sources(fields.get("source", none))
+    payload = [None if p is MISSING else p for p in fields.get("payload", [None] * n)]
+    has_payload = np.fromiter((p is not None for p in payload), np.bool_, n)
+    return RawColumns(lines, kind, source, names, times_of(fields.get("start", none)),
+                      times_of(fields.get("end", none)), times_of(fields.get("seq", none), False),
+                      times_of(fields.get("arrival", none)), payload, has_payload,
+                      objects=objects, text=text, unreadable=dict(unreadable or {}),
+                      counted=counted)
+
+
+# -- the rules ---------------------------------------------------------------------------
+
+(UNREADABLE, NOT_A_RECORD, KIND_MISSING, KIND_UNKNOWN, SOURCE_MISSING, SOURCE_TYPE,
+ START_MISSING, START_BAD, START_UNSCALED, START_RANGE, CTI_END, CTI_PAYLOAD, POINT_AT_MAX,
+ END_BAD, END_UNSCALED, END_RANGE, END_ORDER, KEY_MISSING, KEY_BAD, KEY_UNSCALED, KEY_RANGE,
+ KEY_ORDER) = range(1, 23)
+
+#: the span of the integers ``looks_unscaled`` refuses: a column's minimum (or maximum)
+#: mostly shows that it holds none of them
+_UNSCALED_LO = UNSCALED_RANGES[0][1]
+_UNSCALED_HI = UNSCALED_RANGES[-1][2]
+
+
+def _unscaled(values: np.ndarray) -> np.ndarray | None:
+    """Where integers taken as nanoseconds look like another unit (``looks_unscaled``);
+    ``None``: nowhere (one pass for a column of today's nanoseconds)."""
+    if not len(values) or values.min() >= _UNSCALED_HI or values.max() < _UNSCALED_LO:
+        return None
+    found = np.zeros(len(values), np.bool_)
+    for _, lo, hi in UNSCALED_RANGES:
+        found |= (values >= lo) & (values < hi)
+    found &= values % NS_PER_S != 0  # whole seconds: a relative clock
+    return found
+
+
+class _Rules:
+    """The first rule each row breaks (0: none), filled rule by rule in their order."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, n: int) -> None:
+        self.code = np.zeros(n, np.int8)
+
+    def add(self, rule: int, where: np.ndarray | None) -> None:
+        if where is not None and where.any():
+            code = self.code
+            code[where & (code == 0)] = rule
+
+    def instant(self, t: Times, applies: np.ndarray, scale: int | None,
+                first: int) -> np.ndarray:
+        """The rules of an instant (``first``: its BAD rule, then UNSCALED and RANGE), for
+        the rows where it ``applies``; returns the column in nanoseconds."""
+        state, value = t.state, t.value
+        if not applies.any():
+            return value
+        top = int(state.max())  # a scanner's column holds integers only: most checks go
+        out = None
+        if top >= BIG:
+            self.add(first, applies & (state == BAD))
+            out = state == BIG
+        if scale is None:  # TS §5.4: never a silent instant in 1970
+            ns = value
+            unscaled = _unscaled(np.where(state == INT, value, 0) if top >= NS else value)
+            if unscaled is not None:
+                self.add(first + 1, applies & unscaled)
+        elif scale == 1:
+            ns = value
+        else:
+            is_int = state == INT
+            beyond = is_int & ((value < -(2**63 // scale)) | (value > (2**63 - 1) // scale))
+            out = beyond if out is None else out | beyond
+            ns = np.where(is_int & ~beyond, value * scale, value)
+        if out is not None:
+            self.add(first + 2, applies & out)
+        return ns
+
+
+@dataclass
+class _Verdict:
+    rule: np.ndarray  # int8, 0 where the row is good
+    mode: str | None
+    start: np.ndarray
+    end: np.ndarray
+    has_end: np.ndarray
+    key: np.ndarray
+    before: np.ndarray | None  # per row: the previous good key (KEY_ORDER's message)
+
+
+def _verdict(raw: RawColumns, st: FileState) -> _Verdict:
+    n = len(raw)
+    kind = raw.kind
+    rules = _Rules(n)
+    if raw.unreadable:
+        where = np.zeros(n, np.bool_)
+        where[list(raw.unreadable)] = True
+        rules.add(UNREADABLE, where)
+    if (kind < 0).any():
+        rules.add(NOT_A_RECORD, kind == NOT_RECORD)
+        rules.add(KIND_MISSING, kind == NO_KIND)
+        rules.add(KIND_UNKNOWN, kind == BAD_KIND)
+    is_cti = kind == CTI
+    insert = kind == INSERT
+    timed = insert | is_cti
+    source = raw.source
+    if (source < 0).any():
+        rules.add(SOURCE_MISSING, (source == NO_SOURCE) & ~is_cti)
+        rules.add(SOURCE_TYPE, source == BAD_SOURCE)
+    scale = st.scale
+    rules.add(START_MISSING, timed & (raw.start.state <= NULL))
+    start = rules.instant(raw.start, timed, scale, START_BAD)
+    given_end = raw.end.state > NULL
+    rules.add(CTI_END, is_cti & given_end)
+    rules.add(CTI_PAYLOAD, is_cti & raw.has_payload)
+    point = insert & ~given_end
+    rules.add(POINT_AT_MAX, point & (start == MAX_TIME))
+    interval = insert & given_end
+    end = rules.instant(raw.end, interval, scale, END_BAD)
+    rules.add(END_ORDER, interval & (end <= start))
+
+    mode = st.mode
+    if mode is None:
+        good = np.flatnonzero(rules.code == 0)
+        if len(good):
+            i = good[0]
+            mode = ("arrival" if raw.arrival.state[i] != ABSENT else
+                    "seq" if raw.seq.state[i] != ABSENT else "position")
+    before = None
+    if mode == "position" or mode is None:
+        counted = raw.counted
+        key = st.position + (np.arange(n, dtype=np.int64) if counted is None
+                             else np.cumsum(counted) - 1)
+    else:
+        found = raw.arrival if mode == "arrival" else raw.seq
+        every = np.ones(n, np.bool_)
+        rules.add(KEY_MISSING, found.state <= NULL)
+        if mode == "arrival":
+            key = rules.instant(found, every, scale, KEY_BAD)
+        else:
+            rules.add(KEY_BAD, found.state > INT)
+            key = found.value
+        good_so_far = rules.code == 0
+        running = np.maximum.accumulate(np.where(good_so_far, key, st.last_key))
+        before = np.empty(n, np.int64)
+        before[:1] = st.last_key
+        before[1:] = np.maximum(running[:-1], st.last_key)
+        rules.add(KEY_ORDER, good_so_far & (key < before))  # TS §5.2
+    has_end = interval
+    end = np.where(interval, end, np.where(is_cti, start, start + 1))
+    if not timed.all():
+        start = np.where(timed, start, 0)
+        end = np.where(timed, end, 0)
+    return _Verdict(rules.code, mode, start, end, has_end, key, before)
+
+
+def _columns(raw: RawColumns, v: _Verdict, st: FileState, good: np.ndarray | None) -> Columns:
+    """The good rows (``good``: ``None`` when all are) as ``Columns``; the file's state moves
+    past the block and new names enter the table in order of first appearance."""
+    table = st.table
+    source = raw.source
+    payload = raw.payload
+    kind, start, end, has_end, key, lines = raw.kind, v.start, v.end, v.has_end, v.key, raw.lines
+    if good is not None:
+        source, kind, start, end, has_end, key, lines = (
+            a[good] for a in (source, kind, start, end, has_end, key, lines))
+        payload = (payload.take(good) if isinstance(payload, Payloads)
+                   else [p for p, g in zip(payload, good.tolist()) if g])
+    if raw.names is not None:
+        lookup = np.array([table.codes.get(name, -1) for name in raw.names] or [0], np.int32)
+        new = np.flatnonzero(lookup[:len(raw.names)] < 0)
+        if len(new):
+            named = source >= 0
+            local, first = np.unique(source[named], return_index=True)
+            for code in local[np.argsort(first, kind="stable")].tolist():
+                if lookup[code] < 0:
+                    lookup[code] = table.add(raw.names[code])
+        source = np.where(source >= 0, lookup[np.maximum(source, 0)], -1).astype(np.int32)
+    control = kind > CTI  # join and leave carry no payload
+    if control.any():
+        if isinstance(payload, Payloads):
+            payload = _drop_payloads(payload, control)
+        else:
+            payload = [None if c else p for p, c in zip(payload, control.tolist())]
+    n = len(kind)
+    counted = raw.counted
+    st.position += len(raw) if counted is None else int(counted.sum())
+    st.mode = v.mode
+    if n:
+        st.last_key = int(key[-1])
+    keep_raw = (raw.raw is not None and good is None
+                and (st.scale is None or st.scale == 1))
+    return Columns(kind, source, start, end, has_end, payload, key,
+                   np.full(n, st.index, np.int32), lines,
+                   raw.raw.seal() if keep_raw and raw.raw is not None else None)
+
+
+def _drop_payloads(payload: Payloads, rows: np.ndarray) -> Payloads:
+    """``payload`` without the payloads of ``rows`` (bool): join and leave carry none."""
+    keep = ~rows[payload.rows]
+    return Payloads(payload.n, payload.rows[keep], payload.buffer, payload.p0[keep],
+                    payload.p1[keep])
+
+
+def accept(raw: RawColumns, st: FileState) -> Columns | None:
+    """The block as ``Columns`` if every row is good, else ``None`` (nothing changed)."""
+    v = _verdict(raw, st)
+    if v.rule.any():
+        return None
+    return _columns(raw, v, st, None)
+
+
+def settle(raw: RawColumns, st: FileState) -> Columns:
+    """The good rows as ``Columns``; each bad row, in order, goes to the file's
+    ``BadRecords`` with ``explain``'s error (which raises under ``fail``)."""
+    v = _verdict(raw, st)
+    bad = np.flatnonzero(v.rule)
+    if not len(bad):
+        return _columns(raw, v, st, None)
+    assert raw.objects is not None and raw.text is not None
+    for i in bad.tolist():
+        st.bad.handle(explain(raw, v, st, i), raw.text(i))
+    return _columns(raw, v, st, v.rule == 0)
+
+
+# -- the messages ------------------------------------------------------------------------
+
+_NONE_TYPE = type(None)
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+_KIND_LIST = "expected one of insert, cti, join, leave"
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "boolean", float: "number with a fraction", str: "string", list: "array",
+            dict: "object", _NONE_TYPE: "null", int: "integer"}.get(type(value), type(value).__name__)
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits (CSV text)
+        return repr(value)
+
+
+def _unscaled_message(value: int, unit: str) -> str:
+    return (f"{value} looks like {_UNIT_WORDS[unit]} since the epoch "
+            f"({format_rfc3339(value * TIME_UNITS[unit])}), not nanoseconds "
+            f"({format_rfc3339(value)}); integer times are nanoseconds unless the unit is "
+            f"given: --time-unit {unit} (replay(..., time_unit={unit!r})), or --time-unit ns "
+            "if they really are nanoseconds")
+
+
+def _instant_message(value: Any, rule: int, scale: int | None) -> str:
+    """The message of an instant's BAD (0), UNSCALED (1) or RANGE (2) rule."""
+    if rule == 1:
+        return _unscaled_message(value, looks_unscaled(value) or "s")
+    if rule == 2:
+        if type(value) is str:
+            return f"{value!r} is outside the int64 nanosecond range (years 1677 to 2262)"
+        unit = next(u for u, s in TIME_UNITS.items() if s == (scale or 1))
+        return (f"{value} {_UNIT_WORDS[unit]} is outside the int64 nanosecond range "
+                "(years 1677 to 2262)")
+    if type(value) is str:
+        return (f"cannot parse {value!r} as an instant; expected int nanoseconds or ISO-8601 "
+                "with an offset, e.g. '2026-11-22T08:00:00Z'")
+    return (f"{_dumps(value)} is a {_json_type(value)}; expected int nanoseconds since the "
+            "epoch or an ISO-8601 string with an offset")
+
+
+def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordError:
+    """The error of bad row ``i``: where, which field, what was expected (TS §5.3)."""
+    rule = int(v.rule[i])
+    line = int(raw.lines[i])
+    if rule == UNREADABLE:
+        message, name = raw.unreadable[i]
+        return st.error(line, message, name)
+    assert raw.objects is not None
+    obj = raw.objects[i]
+    if rule == NOT_A_RECORD:
+        return st.error(line, f"a JSON {_json_type(obj)} is not a record; expected an object "
+                        "with source, kind and start")
+    kind = obj.get("kind")
+    if rule == KIND_MISSING:
+        return st.error(line, f"missing; {_KIND_LIST}", "kind")
+    if rule == KIND_UNKNOWN:
+        return st.error(line, f"unknown kind {_dumps(kind)}; {_KIND_LIST}", "kind")
+    if rule == SOURCE_MISSING:
+        return st.error(line, f"missing on a {kind} record; expected the input's name", "source")
+    if rule == SOURCE_TYPE:
+        source = obj.get("source")
+        return st.error(line, f"{_dumps(source)} is a {_json_type(source)}; expected a string",
+                        "source")
+    if rule == START_MISSING:
+        return st.error(line, f"missing on a {kind} record; expected an instant", "start")
+    if START_BAD <= rule <= START_RANGE:
+        return st.error(line, _instant_message(obj["start"], rule - START_BAD, st.scale), "start")
+    if rule == CTI_END:
+        return st.error(line, "a cti is an instant and has no end; remove it", "end")
+    if rule == CTI_PAYLOAD:
+        return st.error(line, "a cti carries no payload; remove it or make it null", "payload")
+    if rule == POINT_AT_MAX:  # TS §1.3: a point lives one tick, and none is left
+        return st.error(line, f"a point at {int(v.start[i])}, the latest instant, has no room "
+                        "for its one-tick lifetime; expected a start before it", "start")
+    if END_BAD <= rule <= END_RANGE:
+        return st.error(line, _instant_message(obj["end"], rule - END_BAD, st.scale), "end")
+    if rule == END_ORDER:
+        return st.error(line, f"interval end {int(v.end[i])} is not after start "
+                        f"{int(v.start[i])}; expected end > start", "end")
+    mode = v.mode
+    assert mode is not None
+    if rule == KEY_MISSING:
+        return st.error(line, f"missing; the file's first record has {mode!r}, so every "
+                        "record must (TS §5.2)", mode)
+    if rule == KEY_BAD and mode == "seq":
+        return st.error(line, f"{_dumps(obj['seq'])} is not an int64; expected an integer "
+                        "sequence number", "seq")
+    if KEY_BAD <= rule <= KEY_RANGE:
+        return st.error(line, _instant_message(obj["arrival"], rule - KEY_BAD, st.scale),
+                        "arrival")
+    assert rule == KEY_ORDER and v.before is not None
+    return st.error(line, f"{int(v.key[i])} is before the previous record's {int(v.before[i])}; "
+                    "a file must be in arrival order (TS §5.2)", mode)

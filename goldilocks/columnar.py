@@ -1,0 +1,249 @@
+"""Replay's columnar path: the policy over whole columns, the output written from columns.
+
+``run_columnar`` takes the merged chunks one at a time: ``policy.run_columns`` decides every
+row at once (emit, drop, adjust, a CTI or nothing) with the state the previous chunk left,
+the statistics are counted with ``bincount``, and the chunk is written and dropped before the
+next one. Writing never encodes a record one by one: each insert's canonical line is either
+the input's own bytes (``Columns.raw``: a scanner proved them canonical) or built for the
+whole chunk with numpy (``eventlog.write_columns``); ``write_lines`` copies the emitted lines
+out, assembles the late lines from them, and writes only CTIs and adjusted lines one at a
+time. The bytes are those of the record encoders (TS §5.1; ``tests/replay``).
+Memory: O(chunk), plus the plot's columns if asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import orjson
+
+from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
+from eventlog import CTI, INSERT, JOIN, LEAVE, Columns, SourceTable, insert_prefix
+from eventlog.columns import PAD, Payloads, RawLines, gather
+from eventlog.format import cti_line, cti_line_iso, iso_time
+from eventlog.write_columns import decimals, insert_lines, iso_times, late_text
+from goldilocks.outputs import Output
+
+__all__ = ["Tally", "run_columnar", "write_lines", "chunk_lines"]
+
+_NO_ACTION = 9  # join/leave rows in the columnar decision column
+
+
+@dataclass
+class Tally:
+    """What a replay counted: per input, indexed by source code + 1 (0: CTIs without a
+    source), the last CTI in and out by source code, records per file, the totals, and the
+    plot's columns (source, start, is_cti, late, rows of the output CTIs, their values)."""
+
+    names: list[str]
+    received: Sequence[int] = ()
+    inserts: Sequence[int] = ()
+    ctis: Sequence[int] = ()
+    emitted: Sequence[int] = ()
+    late: Sequence[int] = ()
+    adjusted: Sequence[int] = ()
+    control: Sequence[int] = ()
+    ctis_out: Sequence[int] = ()
+    last_cti: dict[int, int] = field(default_factory=dict)
+    last_out: dict[int, int] = field(default_factory=dict)
+    per_file: dict[int, int] = field(default_factory=dict)
+    records: int = 0
+    emitted_total: int = 0
+    ctis_total: int = 0
+    late_total: int = 0
+    adjusted_total: int = 0
+    final: int | None = None
+    plot: tuple[np.ndarray, ...] | None = None
+
+
+class _Counts:
+    """Per-input counters as int64 columns indexed by source code + 1, grown as inputs appear."""
+
+    __slots__ = ("received", "inserts", "ctis", "emitted", "late", "adjusted", "control",
+                 "ctis_out")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, np.zeros(0, np.int64))
+
+    def add(self, name: str, counts: np.ndarray) -> None:
+        have = getattr(self, name)
+        if len(counts) > len(have):
+            have = np.concatenate([have, np.zeros(len(counts) - len(have), np.int64)])
+        have[:len(counts)] += counts
+        setattr(self, name, have)
+
+
+def _last_by_source(source: np.ndarray, values: np.ndarray, into: dict[int, int]) -> None:
+    """Record in ``into`` each source code's last value (rows in order)."""
+    if len(source):
+        codes, first = np.unique(source[::-1], return_index=True)
+        into.update(zip(codes.tolist(), values[::-1][first].tolist()))
+
+
+def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out: Output,
+                 late_out: Output, plot: bool, iso: bool = False) -> Tally:
+    """One pass, chunk by chunk: the policy state (``run_columns``'s third value) is carried
+    from chunk to chunk, so nothing of a chunk outlives it (TS §5.1: the decisions do not
+    depend on where the chunks are cut)."""
+    names = table.names
+    run = pol.run_columns  # type: ignore[attr-defined]
+    state = None
+    counts = _Counts()
+    tally = Tally(names)
+    prefixes = _Prefixes(names)
+    plot_parts: list[tuple[np.ndarray, ...]] = []
+    timed_before = 0
+    for chunk in chunks:
+        n = len(chunk)
+        kind = chunk.kind
+        source = chunk.source
+        start = chunk.start
+        is_cti = kind == CTI
+        timed = kind <= CTI
+        if timed.all():
+            action, cti, state = run(is_cti, start, chunk.end, state)
+        else:  # join/leave rows are no-ops for a policy with a columnar form
+            a, c, state = run(is_cti[timed], start[timed], chunk.end[timed], state)
+            action = np.full(n, _NO_ACTION, np.int8)
+            cti = np.zeros(n, np.int64)
+            action[timed] = a
+            cti[timed] = c
+        action = np.asarray(action, np.int8)
+        cti = np.asarray(cti, np.int64)
+
+        # statistics, vectorised: rows counted per (source code + 1, kind, action)
+        width = len(names) + 1
+        cells = np.bincount((source.astype(np.int64) + 1) * 64 + kind * 16 + action,
+                            minlength=width * 64).reshape(-1, 4, 16)
+        by_kind = cells.sum(axis=2)
+        by_action = cells.sum(axis=1)
+        counts.add("received", by_kind[:, INSERT] + by_kind[:, CTI])
+        counts.add("inserts", by_kind[:, INSERT])
+        counts.add("ctis", by_kind[:, CTI])
+        counts.add("emitted", by_action[:, EMIT] + by_action[:, EMIT_ADJUSTED])
+        counts.add("late", by_action[:, DROP_LATE] + by_action[:, EMIT_ADJUSTED])
+        counts.add("adjusted", by_action[:, EMIT_ADJUSTED])
+        counts.add("control", by_kind[:, JOIN] + by_kind[:, LEAVE])
+        counts.add("ctis_out", by_action[:, CTI_EMIT])
+        cti_rows = np.flatnonzero(is_cti)
+        _last_by_source(source[cti_rows], start[cti_rows], tally.last_cti)
+        emit_cti_rows = np.flatnonzero(action == CTI_EMIT)
+        _last_by_source(source[emit_cti_rows], cti[emit_cti_rows], tally.last_out)
+        tally.records += n
+        totals = by_action.sum(axis=0)
+        tally.emitted_total += int(totals[EMIT] + totals[EMIT_ADJUSTED])
+        tally.ctis_total += len(emit_cti_rows)
+        tally.late_total += int(totals[DROP_LATE] + totals[EMIT_ADJUSTED])
+        tally.adjusted_total += int(totals[EMIT_ADJUSTED])
+        if len(emit_cti_rows):
+            tally.final = int(cti[emit_cti_rows[-1]])
+        for f, c in enumerate(np.bincount(chunk.file).tolist()):
+            if c:
+                tally.per_file[f] = tally.per_file.get(f, 0) + c
+        if plot:
+            is_late = (action == DROP_LATE) | (action == EMIT_ADJUSTED)
+            rows_index = np.cumsum(timed) - 1 + timed_before
+            plot_parts.append((source[timed], start[timed], is_cti[timed], is_late[timed],
+                               rows_index[emit_cti_rows], cti[emit_cti_rows]))
+            timed_before += int(timed.sum())
+        write_lines(chunk_lines(chunk, prefixes, iso), action, cti, out, late_out, iso)
+        del chunk
+
+    if plot:
+        dtypes = (np.int32, np.int64, np.bool_, np.bool_, np.int64, np.int64)
+        tally.plot = tuple(np.concatenate([p[k] for p in plot_parts]) if plot_parts
+                           else np.zeros(0, dtype) for k, dtype in enumerate(dtypes))
+    for name in _Counts.__slots__:
+        setattr(tally, name, getattr(counts, name).tolist())
+    return tally
+
+
+def write_lines(raw: RawLines, action: np.ndarray, cti: np.ndarray, out: Output,
+                late_out: Output, iso: bool = False) -> None:
+    """Write a chunk from its inserts' canonical lines (``chunk_lines``): emitted inserts are
+    copied out of them and late lines assembled from them with numpy; only CTIs and adjusted
+    lines are built one by one. The bytes are those ``insert_line`` and ``late_line`` would
+    write (TS §5.1); with ``iso``, those of ``insert_line_iso`` and ``late_line_iso``."""
+    data, body, stop = raw.data, raw.body, raw.stop
+    emit = action == EMIT
+    rows = np.flatnonzero(emit)
+    # the kept bytes: runs [body, stop) of the emitted rows, the rest skipped
+    kept = memoryview(gather(data, body[rows], stop[rows]))  # type: ignore[arg-type]
+    if late_out.file is not None:
+        late = np.flatnonzero((action == DROP_LATE) | (action == EMIT_ADJUSTED))
+        if len(late):
+            late_out.write(memoryview(late_text(raw, late, cti[late],  # type: ignore[arg-type]
+                                                action[late] == EMIT_ADJUSTED,
+                                                iso_times if iso else decimals)))
+    rows = np.flatnonzero((action == CTI_EMIT) | (action == EMIT_ADJUSTED))
+    if not len(rows):
+        out.write(kept)
+        return
+    lens = np.where(emit, stop - body, 0)
+    at = (np.cumsum(lens) - lens)[rows]  # where each special row goes in ``kept``
+    parts: list[Any] = []
+    pos = 0
+    for i, a, o, c in zip(rows.tolist(), action[rows].tolist(), at.tolist(),
+                          cti[rows].tolist()):
+        if o > pos:
+            parts.append(kept[pos:o])
+            pos = o
+        if a == CTI_EMIT:
+            parts.append(cti_line_iso(c) if iso else cti_line(c))
+            continue
+        # EMIT_ADJUSTED: an interval, so a comma follows its start's digits (or its RFC 3339
+        # text, which holds no comma)
+        line = data[body[i]:stop[i]].tobytes()
+        p = int(raw.start_at[i] - body[i])
+        q = line.find(b",", p)
+        parts.append(b"%b%b%b" % (line[:p], iso_time(c) if iso else b"%d" % c, line[q:]))
+    parts.append(kept[pos:])
+    out.write(b"".join(parts))
+
+
+class _Prefixes:
+    """The ``insert_prefix`` of every input name so far as a byte matrix (one row per source
+    code, ``lens`` bytes used), rebuilt when new names appear."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.count = -1
+        self.matrix = np.zeros((1, 1), np.uint8)
+        self.lens = np.zeros(1, np.int64)
+
+    def get(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.count != len(self.names):
+            prefixes = [insert_prefix(name) for name in self.names] or [b""]
+            self.lens = np.array([len(p) for p in prefixes], np.int64)
+            self.matrix = np.zeros((len(prefixes), int(self.lens.max())), np.uint8)
+            for i, p in enumerate(prefixes):
+                self.matrix[i, :len(p)] = np.frombuffer(p, np.uint8)
+            self.count = len(self.names)
+        return self.matrix, self.lens
+
+
+def chunk_lines(chunk: Columns, prefixes: _Prefixes, iso: bool = False) -> RawLines:
+    """The canonical line of each insert of the chunk (``insert_line``'s bytes, or with
+    ``iso`` ``insert_line_iso``'s): the input lines if the chunk has them and the times are
+    integers, else built with numpy (``eventlog.write_columns.insert_lines``) from the
+    payload texts of a ``Payloads`` column, or from each payload encoded once."""
+    if chunk.raw is not None and not iso:
+        return chunk.raw
+    n = len(chunk)
+    rows = np.flatnonzero(chunk.kind == INSERT)
+    payload = chunk.payload
+    if isinstance(payload, Payloads):
+        buffer = payload.buffer
+        p0, p1 = payload.texts(rows)
+    else:
+        texts = [b"" if (v := payload[i]) is None else orjson.dumps(v) for i in rows.tolist()]
+        lens = np.fromiter(map(len, texts), np.int64, len(texts))
+        p1 = np.cumsum(lens)
+        p0 = p1 - lens
+        buffer = np.frombuffer(b"".join(texts) + bytes(PAD), np.uint8)
+    matrix, lens = prefixes.get()
+    return insert_lines(matrix, lens, chunk.source, chunk.start, chunk.end, chunk.has_end,
+                        buffer, p0, p1, rows, n, iso_times if iso else decimals)
