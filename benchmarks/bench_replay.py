@@ -1,13 +1,18 @@
 """Replay throughput, end to end: JSON Lines and Parquet logs, columnar vs element path, output
-times as integer nanoseconds or RFC 3339 text (``time_format="iso"``), and the columnar policy
-kernel next to a bare numpy implementation of the same policy.
+times as integer nanoseconds or RFC 3339 text (``time_format="iso"``), the hand-written JSON
+Lines scanner and decimal line writer against well-kept libraries in their place
+(``benchmarks.replay_peers``: msgspec, orjson, pyarrow), and the columnar policy kernel next
+to a bare numpy implementation of the same policy.
 
     python -m benchmarks.bench_replay            # 10 million events (several minutes)
     python -m benchmarks.bench_replay --quick    # 500 thousand events
 
-Each measurement: one warm-up run, then ``--repeat`` (>= 5) timed runs; the table prints
-events/s for the median, best and worst run, and the median by CPU time (user + system, all
-threads), which other load on the machine disturbs less. End to end means: parse the file,
+Each measurement: one warm-up round, then ``--repeat`` (>= 5) rounds; every round runs every
+row once, in turn, so that a change of load touches all rows alike. The table prints events/s
+for the median, best and worst run, the median by CPU time (user + system, all threads),
+which other load on the machine disturbs less, and for a library's row the median of its
+per-round ratios to the product's row above it (above 1: the library is faster). The warm-up
+round checks that every row writes the same bytes. End to end means: parse the file,
 merge, run the policy, write the output (to a file) and the late file. Each replay run is
 paired with a baseline run in the same process, just before it: copying the JSON Lines log
 (reading it in 4 MB blocks, writing the bytes to a file: about the I/O a replay of it
@@ -19,6 +24,7 @@ reused if present.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -61,14 +67,12 @@ def to_parquet(src: Path, dst: Path) -> None:
     import pyarrow.json as pj
     import pyarrow.parquet as pq
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     table = pj.read_json(src)
     payload = table.column("payload")
     text = pa.array([None if v is None else '{"v":%d}' % v["v"] for v in payload.to_pylist()],
                     pa.string())
     table = table.set_column(table.schema.get_field_index("payload"), "payload", text)
-    _ = pc
     pq.write_table(table, dst, row_group_size=1 << 20)
 
 
@@ -112,13 +116,33 @@ def load() -> str:
     return "load %.2f %.2f %.2f" % os.getloadavg()
 
 
+#: the end-to-end rows: label, log ("jsonl"/"parquet"), columnar, time format, the JSON
+#: Lines scanners (``None``: the product's), the line writer (``None``: the product's)
+VARIANTS = [
+    ("JSON Lines, columnar path", "jsonl", True, "ns", None, None),
+    ("  scanner: msgspec (Raw payloads)", "jsonl", True, "ns", "msgspec", None),
+    ("  scanner: orjson (the object path)", "jsonl", True, "ns", "orjson", None),
+    ("  writer: pyarrow cast + join", "jsonl", True, "ns", None, "arrow"),
+    ("JSON Lines, columnar path, ISO out", "jsonl", True, "iso", None, None),
+    ("Parquet, columnar path", "parquet", True, "ns", None, None),
+    ("  writer: pyarrow cast + join", "parquet", True, "ns", None, "arrow"),
+    ("JSON Lines, element path", "jsonl", False, "ns", None, None),
+    ("JSON Lines, element path, ISO out", "jsonl", False, "iso", None, None),
+    ("Parquet, element path", "parquet", False, "ns", None, None),
+]
+
+
 def main(argv: list[str] | None = None) -> None:
+    from benchmarks.replay_peers import arrow_writer, line_writer, msgspec_scanner, scanners
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="500k events instead of 10M")
     ap.add_argument("--events", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--skip-element", action="store_true", help="skip the slow element path")
+    ap.add_argument("--only", nargs="*", default=None, metavar="N",
+                    help="only these rows (numbers from 0, in the table's order)")
     args = ap.parse_args(argv)
     n = args.events or (500_000 if args.quick else 10_000_000)
     repeat = max(5, args.repeat)
@@ -133,46 +157,44 @@ def main(argv: list[str] | None = None) -> None:
     out, late = work / "out.jsonl", work / "late.jsonl"
     size = os.path.getsize(jsonl)
     print(f"{n:,} events; JSON Lines {size / 1e6:.0f} MB, Parquet "
-          f"{os.path.getsize(parquet) / 1e6:.0f} MB; {repeat} runs after a warm-up\n", flush=True)
-
-    rows = []
-    baselines = []
-
+          f"{os.path.getsize(parquet) / 1e6:.0f} MB; {repeat} rounds after a warm-up, each "
+          f"running every row once, in turn\n", flush=True)
+    variants = [v for i, v in enumerate(VARIANTS)
+                if (args.only is None or str(i) in args.only)
+                and not (args.skip_element and not v[2])]
+    chosen_scanners = {None: None, "msgspec": [msgspec_scanner], "orjson": []}
+    writers = {None: None, "arrow": arrow_writer}
     copy = work / "copy.jsonl"
-
-    def run(label: str, path: Path, columnar: bool, time_format: str = "ns") -> None:
-        stats: list = []
-        times: list[float] = []
-        cpu: list[float] = []
-        base: list[float] = []
-        print(f"  {label}: {load()}", flush=True)
-        for _ in range(repeat + 1):  # the first is the warm-up
+    times: list[list[float]] = [[] for _ in variants]
+    cpu: list[list[float]] = [[] for _ in variants]
+    base: list[list[float]] = [[] for _ in variants]
+    counts: dict[str, tuple[int, bytes, bytes]] = {}
+    for round_ in range(repeat + 1):  # the first is the warm-up
+        print(f"  round {round_}: {load()}", flush=True)
+        for i, (label, log, columnar, time_format, scanner, writer) in enumerate(variants):
             began = time.perf_counter()
             copy_log(jsonl, copy)
-            base.append(time.perf_counter() - began)
-            before, began = cpu_seconds(), time.perf_counter()
-            stats.append(replay([path], delay="5s", out=out, late=late, columnar=columnar,
-                                time_format=time_format))
-            times.append(time.perf_counter() - began)
-            cpu.append(cpu_seconds() - before)
-        del base[0], cpu[0], times[0]
-        n_ = stats[-1].records
-        rows.append((label, times, n_))
-        baselines.append((label, times, base, cpu, n_))
-        print(f"  {label:<34} median {n_ / statistics.median(times):>12,.0f} ev/s, "
-              f"CPU {n_ / statistics.median(cpu):>12,.0f} ev/s, "
-              f"{statistics.median(times) / statistics.median(base):.2f}x the copy; {load()}",
-              flush=True)
+            copied = time.perf_counter() - began
+            chosen = chosen_scanners[scanner]
+            with (scanners(jsonl=chosen) if chosen is not None else contextlib.nullcontext()), \
+                    line_writer(writers[writer]):
+                before, began = cpu_seconds(), time.perf_counter()
+                stats = replay([jsonl if log == "jsonl" else parquet], delay="5s", out=out,
+                               late=late, columnar=columnar, time_format=time_format)
+                wall = time.perf_counter() - began
+                used = cpu_seconds() - before
+            if round_:
+                times[i].append(wall)
+                cpu[i].append(used)
+                base[i].append(copied)
+            else:  # the same bytes, whoever parsed and wrote them
+                key = f"{log}-{time_format}"
+                seen = counts.setdefault(key, (stats.records, out.read_bytes(),
+                                               late.read_bytes()))
+                assert seen == (stats.records, out.read_bytes(), late.read_bytes()), label
+    counts.clear()
 
-    run("JSON Lines, columnar path", jsonl, True)
-    run("JSON Lines, columnar path, ISO out", jsonl, True, "iso")
-    run("Parquet, columnar path", parquet, True)
-    if not args.skip_element:
-        run("JSON Lines, element path", jsonl, False)
-        run("JSON Lines, element path, ISO out", jsonl, False, "iso")
-        run("Parquet, element path", parquet, False)
-
-    # the kernel against bare numpy, same columns, same run
+    # the columnar kernel against bare numpy, same columns, same run
     rng = np.random.default_rng(3)
     is_cti = rng.random(n) < 0.1
     start = T0 + np.arange(n, dtype=np.int64) * 1_000_000 + rng.integers(-3 * 10**9, 0, n)
@@ -182,21 +204,22 @@ def main(argv: list[str] | None = None) -> None:
     a1, c1, _ = policy.run_columns(is_cti, start, start + 1)
     a2, c2 = bare_numpy(is_cti, start, 5 * 10**9)
     assert (a1 == a2).all() and (c1 == c2).all(), "kernel and bare numpy disagree"
-    rows.append(("columnar kernel (goldilocks)", kernel, n))
-    rows.append(("bare numpy, same policy", bare, n))
 
-    print(f"\n{'measurement':<34} {'median ev/s':>14} {'best ev/s':>14} {'worst ev/s':>14}")
-    for label, times, count in rows:
-        print(f"{label:<34} {count / statistics.median(times):>14,.0f} "
-              f"{count / min(times):>14,.0f} {count / max(times):>14,.0f}")
-    ratio = statistics.median(bare) / statistics.median(kernel)
-    print(f"\nkernel rate / bare numpy rate: {ratio:.2f} (target >= 0.5)")
-    print(f"\n{'end to end':<34} {'CPU ev/s':>14} {'copy s':>8} {'replay s':>9} "
-          f"{'replay/copy':>12}")
-    for label, times, base, cpu, count in baselines:
-        print(f"{label:<34} {count / statistics.median(cpu):>14,.0f} "
-              f"{statistics.median(base):>8.2f} {statistics.median(times):>9.2f} "
-              f"{statistics.median(times) / statistics.median(base):>12.2f}")
+    med = statistics.median
+    print(f"\n{'end to end':<38} {'median ev/s':>12} {'best ev/s':>12} {'worst ev/s':>12} "
+          f"{'CPU ev/s':>12} {'replay/copy':>11} {'x row above':>11}")
+    head = 0
+    for i, (label, *_) in enumerate(variants):
+        t, c, b = times[i], cpu[i], base[i]
+        if not label.startswith(" "):
+            head = i
+        # per-round ratio to the product's row above it (1 for the product's rows)
+        ratio = med([x / y for x, y in zip(times[head], t)])
+        print(f"{label:<38} {n / med(t):>12,.0f} {n / min(t):>12,.0f} {n / max(t):>12,.0f} "
+              f"{n / med(c):>12,.0f} {med(t) / med(b):>11.2f} {ratio:>11.2f}")
+    print(f"\n{'columnar kernel (goldilocks)':<38} {n / med(kernel):>12,.0f}")
+    print(f"{'bare numpy, same policy':<38} {n / med(bare):>12,.0f}")
+    print(f"kernel rate / bare numpy rate: {med(bare) / med(kernel):.2f} (target >= 0.5)")
     print(f"\n{load()}")
 
 

@@ -14,16 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from eventlog.columns import PAD, Payloads, words_of
+from eventlog.columns import PAD, Payloads
 from eventlog.format import KIND_NAMES
 from eventlog.records import (ABSENT, BAD_KIND, INT, NO_SOURCE, NS, Block, RawColumns,
                               Times)
-from eventlog.scan import canonical_json
+from eventlog.scan import payload_texts
 
 __all__ = ["arrow_columns"]
-
-_NULL_WORD = np.uint64(int.from_bytes(b"null", "little"))
-
 
 class _Other(Exception):
     """A column the scanner does not read."""
@@ -113,14 +110,10 @@ def arrow_columns(block: Block) -> RawColumns | None:
                                np.zeros(0, np.int64), np.zeros(0, np.int64))
             given = np.zeros(n, np.bool_)
         else:
-            buffer, p0, p1, given = _texts(payload_col, pa)
-            null = given & (p1 - p0 == 4)  # the text null: no payload
-            null[null] = words_of(buffer)[p0[null]] == _NULL_WORD
-            given &= ~null
-            rows = np.flatnonzero(given)
-            if not canonical_json(buffer, p0[rows], p1[rows]):
+            found = payload_texts(*_texts(payload_col, pa))
+            if found is None:
                 return None  # not one JSON value each, or not in the form the output writes
-            payload = Payloads(n, rows, buffer, p0[rows], p1[rows])
+            payload, given = found
         return RawColumns(np.arange(block.first_line, block.first_line + n, dtype=np.int64),
                           kind, source, dictionary, _times(column("start"), pa, n),
                           _times(column("end"), pa, n), _times(column("seq"), pa, n, False),

@@ -35,7 +35,7 @@ import orjson
 from eventlog.columns import PAD, Payloads, RawLines, SourceTable, json_array, words_of
 from eventlog.records import NO_SOURCE, Block, RawColumns, Times
 
-__all__ = ["flat_columns", "canonical_json", "MAX_NAME"]
+__all__ = ["flat_columns", "canonical_json", "payload_texts", "MAX_NAME"]
 
 #: names longer than this many bytes are looked up one by one instead of vectorised
 MAX_NAME = 32
@@ -348,6 +348,23 @@ def _payloads(a: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
     if not canonical_json(a, p0, p1):
         raise _NotFlat
     return Payloads(n, rows, a, p0, p1)
+
+
+_NULL_WORD = np.uint64(int.from_bytes(b"null", "little"))
+
+
+def payload_texts(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray,
+                  given: np.ndarray) -> tuple[Payloads, np.ndarray] | None:
+    """A payload column from its JSON texts — row ``i``'s is ``buffer[p0[i]:p1[i]]`` where
+    ``given`` (``buffer`` padded with ``PAD`` bytes) — and where there is one: the text
+    ``null`` is none; ``None`` if a text is not canonical JSON (``canonical_json``)."""
+    null = given & (p1 - p0 == 4)
+    null[null] = words_of(buffer)[p0[null]] == _NULL_WORD
+    given = given & ~null
+    rows = np.flatnonzero(given)
+    if not canonical_json(buffer, p0[rows], p1[rows]):
+        return None
+    return Payloads(len(given), rows, buffer, p0[rows], p1[rows]), given
 
 
 # -- the scan --------------------------------------------------------------------------

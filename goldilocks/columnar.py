@@ -13,6 +13,7 @@ Memory: O(chunk), plus the plot's columns if asked.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -238,12 +239,16 @@ def chunk_lines(chunk: Columns, prefixes: _Prefixes, iso: bool = False) -> RawLi
     if isinstance(payload, Payloads):
         buffer = payload.buffer
         p0, p1 = payload.texts(rows)
-    else:
-        texts = [b"" if (v := payload[i]) is None else orjson.dumps(v) for i in rows.tolist()]
-        lens = np.fromiter(map(len, texts), np.int64, len(texts))
+    else:  # each payload encoded into one buffer (orjson's own results are not kept:
+        # holding thousands of them costs several times the encoding)
+        texts = io.BytesIO()
+        write, dumps = texts.write, orjson.dumps
+        lens = np.fromiter((0 if (v := payload[i]) is None else write(dumps(v))
+                            for i in rows.tolist()), np.int64, len(rows))
         p1 = np.cumsum(lens)
         p0 = p1 - lens
-        buffer = np.frombuffer(b"".join(texts) + bytes(PAD), np.uint8)
+        texts.write(bytes(PAD))
+        buffer = np.frombuffer(texts.getbuffer(), np.uint8)
     matrix, lens = prefixes.get()
     return insert_lines(matrix, lens, chunk.source, chunk.start, chunk.end, chunk.has_end,
                         buffer, p0, p1, rows, n, iso_times if iso else decimals)
