@@ -18,7 +18,8 @@ import numpy as np
 import orjson
 
 from eventlog.columns import Columns
-from eventlog.records import MISSING, FileState, from_fields, settle
+from eventlog.records import MISSING, FileState, settle
+from eventlog.values import from_fields
 
 __all__ = ["CSV_ROWS", "read_csv"]
 

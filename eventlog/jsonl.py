@@ -16,7 +16,8 @@ import orjson
 
 from eventlog.columns import PAD, Columns
 from eventlog.fast import fast_columns
-from eventlog.records import MISSING, Block, FileState, from_fields, settle
+from eventlog.records import MISSING, Block, FileState, settle
+from eventlog.values import from_fields
 
 __all__ = ["CHUNK_BYTES", "read_jsonl", "object_columns"]
 

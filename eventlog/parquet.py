@@ -19,7 +19,8 @@ from engine.errors import InputError
 
 from eventlog.columns import Columns
 from eventlog.fast import fast_columns
-from eventlog.records import MISSING, Block, FileState, Ns, from_fields, settle
+from eventlog.records import MISSING, Block, FileState, settle
+from eventlog.values import Ns, from_fields
 
 __all__ = ["PARQUET_ROWS", "read_parquet"]
 

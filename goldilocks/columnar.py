@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import orjson
 
-from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
+from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
 from eventlog import CTI, INSERT, JOIN, LEAVE, Columns, SourceTable, insert_prefix
 from eventlog.columns import PAD, Payloads, RawLines, gather
 from eventlog.format import cti_line, cti_line_iso, iso_time
