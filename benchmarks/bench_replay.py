@@ -11,7 +11,8 @@ Each measurement: one warm-up round, then ``--repeat`` (>= 5) rounds; every roun
 row once, in turn, so that a change of load touches all rows alike. The table prints events/s
 for the median, best and worst run, the median by CPU time (user + system, all threads),
 which other load on the machine disturbs less, and for a library's row the median of its
-per-round ratios to the product's row above it (above 1: the library is faster). The warm-up
+per-round ratios to the product's row above it, by wall-clock and by CPU time (above 1: the
+library is faster). The warm-up
 round checks that every row writes the same bytes. End to end means: parse the file,
 merge, run the policy, write the output (to a file) and the late file. Each replay run is
 paired with a baseline run in the same process, just before it: copying the JSON Lines log
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
 
     med = statistics.median
     print(f"\n{'end to end':<38} {'median ev/s':>12} {'best ev/s':>12} {'worst ev/s':>12} "
-          f"{'CPU ev/s':>12} {'replay/copy':>11} {'x row above':>11}")
+          f"{'CPU ev/s':>12} {'replay/copy':>11} {'x row above':>11} {'(by CPU)':>9}")
     head = 0
     for i, (label, *_) in enumerate(variants):
         t, c, b = times[i], cpu[i], base[i]
@@ -215,8 +216,9 @@ def main(argv: list[str] | None = None) -> None:
             head = i
         # per-round ratio to the product's row above it (1 for the product's rows)
         ratio = med([x / y for x, y in zip(times[head], t)])
+        by_cpu = med([x / y for x, y in zip(cpu[head], c)])
         print(f"{label:<38} {n / med(t):>12,.0f} {n / min(t):>12,.0f} {n / max(t):>12,.0f} "
-              f"{n / med(c):>12,.0f} {med(t) / med(b):>11.2f} {ratio:>11.2f}")
+              f"{n / med(c):>12,.0f} {med(t) / med(b):>11.2f} {ratio:>11.2f} {by_cpu:>9.2f}")
     print(f"\n{'columnar kernel (goldilocks)':<38} {n / med(kernel):>12,.0f}")
     print(f"{'bare numpy, same policy':<38} {n / med(bare):>12,.0f}")
     print(f"kernel rate / bare numpy rate: {med(bare) / med(kernel):.2f} (target >= 0.5)")

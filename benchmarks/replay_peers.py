@@ -93,8 +93,26 @@ def msgspec_scanner(block: Block) -> RawColumns | None:
 # -- the line writer ---------------------------------------------------------------------
 
 
-def _strings(pa: Any, values: np.ndarray) -> Any:
-    return pa.compute.cast(pa.array(values, pa.int64()), pa.string())
+def _strings(pa: Any, values: np.ndarray, valid: np.ndarray | None = None) -> Any:
+    """int64 ``values`` as text (null where not ``valid``)."""
+    mask = None if valid is None else ~valid
+    return pa.compute.cast(pa.array(values, pa.int64(), mask=mask), pa.string())
+
+
+def _texts(pa: Any, buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray,
+           valid: np.ndarray | None = None) -> Any:
+    """The texts ``buffer[p0:p1]`` (ascending, disjoint) as a string array (null where not
+    ``valid``), taken by Arrow from the buffer as it is: the buffer cut at every ``p0`` and
+    ``p1`` is a string array whose elements ``3 j + 1`` are the texts."""
+    k = len(p0)
+    offsets = np.empty(3 * k + 1, np.int32)
+    offsets[0] = 0
+    offsets[1::3] = p0
+    offsets[2::3] = p1
+    offsets[3::3] = p1
+    whole = pa.StringArray.from_buffers(3 * k, pa.py_buffer(offsets), pa.py_buffer(buffer))
+    mask = None if valid is None else ~valid
+    return pa.compute.take(whole, pa.array(np.arange(1, 3 * k, 3), pa.int64(), mask=mask))
 
 
 def _lines_of(joined: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +128,8 @@ def arrow_insert_lines(prefixes: np.ndarray, prefix_lens: np.ndarray, source: np
                        start: np.ndarray, end: np.ndarray, has_end: np.ndarray,
                        buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray, rows: np.ndarray,
                        n: int, times: Any = None) -> RawLines:
-    """``eventlog.write_columns.insert_lines`` with ``pyarrow.compute``."""
+    """``eventlog.write_columns.insert_lines`` with ``pyarrow.compute``: each line is the
+    join of its pieces, absent pieces (null) skipped."""
     from eventlog import write_columns
 
     if times is not None and times is not write_columns.decimals:
@@ -122,18 +141,11 @@ def arrow_insert_lines(prefixes: np.ndarray, prefix_lens: np.ndarray, source: np
     names = pa.array([prefixes[c, :prefix_lens[c]].tobytes().decode() for c in
                       range(len(prefix_lens))], pa.string())
     src = source[rows]
-    interval = has_end[rows]
-    pay = p1 - p0
-    empty = pa.scalar("", pa.string())
-    end_text = pc.if_else(pa.array(interval), pc.binary_join_element_wise(
-        ',"end":', _strings(pa, end[rows]), ""), empty)
-    texts = pa.StringArray.from_buffers(len(rows), pa.py_buffer(
-        np.concatenate(([0], np.cumsum(pay))).astype(np.int32)), pa.py_buffer(
-        _gathered(buffer, p0, p1)))
-    payload = pc.if_else(pa.array(pay > 0), pc.binary_join_element_wise(
-        ',"payload":', texts, ""), empty)
-    joined = pc.binary_join_element_wise(pc.take(names, pa.array(src)),
-                                         _strings(pa, start[rows]), end_text, payload, "}\n", "")
+    join = pc.binary_join_element_wise
+    end_text = join(',"end":', _strings(pa, end[rows], has_end[rows]), "")
+    payload = join(',"payload":', _texts(pa, buffer, p0, p1, p1 > p0), "")
+    joined = join(pc.take(names, pa.array(src)), _strings(pa, start[rows]), end_text, payload,
+                  "}\n", "", null_handling="skip")
     data, at = _lines_of(joined)
     body = np.zeros(n, np.int64)
     stop = np.zeros(n, np.int64)
@@ -142,12 +154,6 @@ def arrow_insert_lines(prefixes: np.ndarray, prefix_lens: np.ndarray, source: np
     stop[rows] = at[1:]
     start_at[rows] = at[:-1] + prefix_lens[src]
     return RawLines(data[:int(at[-1])], body, stop, start_at, data)
-
-
-def _gathered(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
-    from eventlog.columns import gather
-
-    return gather(buffer, p0, p1)
 
 
 def arrow_late_text(raw: RawLines, rows: np.ndarray, cti: np.ndarray, adjusted: np.ndarray,
@@ -160,20 +166,14 @@ def arrow_late_text(raw: RawLines, rows: np.ndarray, cti: np.ndarray, adjusted: 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from eventlog.columns import gather
-
     body = raw.body[rows]
-    head = raw.stop[rows] - 2 - body  # each line without its closing }\n
-    lines = pa.StringArray.from_buffers(len(rows), pa.py_buffer(
-        np.concatenate(([0], np.cumsum(head))).astype(np.int32)), pa.py_buffer(
-        gather(raw.data, body, body + head)))
+    lines = _texts(pa, raw.data, body, raw.stop[rows] - 2)  # without the closing }\n
+    join = pc.binary_join_element_wise
     c = _strings(pa, cti)
-    action = pc.if_else(pa.array(adjusted),
-                        pc.binary_join_element_wise(',"action":"adjusted","adjusted_start":', c,
-                                                    "}\n", ""),
-                        pa.scalar(',"action":"dropped"}\n', pa.string()))
-    joined = pc.binary_join_element_wise(lines, ',"cti":', c, action, "")
-    data, at = _lines_of(joined)
+    action = pc.coalesce(
+        join(',"action":"adjusted","adjusted_start":', _strings(pa, cti, adjusted), "}\n", ""),
+        ',"action":"dropped"}\n')
+    data, at = _lines_of(join(lines, ',"cti":', c, action, ""))
     return data[:int(at[-1])]
 
 

@@ -9,9 +9,11 @@ write byte-identical output (TS §5.1; ``tests/replay`` proves it with hypothesi
 - the **columnar path**: ``policy.run_columns`` over numpy columns, one merged chunk at a
   time, the policy state carried from chunk to chunk; used automatically when the policy
   offers it and the output is a path or discarded (``None``). Each chunk is parsed, decided,
-  written and dropped before the next: memory O(chunk), whatever the length of the log.
+  written and dropped before the next: memory O(chunk), whatever the length of the log
+  (``goldilocks.columnar``).
 
-Output and late records are canonical JSON Lines (``docs/event-log.md``).
+The chunks are read ahead on a helper thread (``goldilocks.ahead``); outputs given as paths
+appear whole or not at all (``goldilocks.outputs``). Output and late records are canonical JSON Lines (``docs/event-log.md``).
 
 >>> import tempfile, os, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
