@@ -165,22 +165,19 @@ class RawLines:
     """The canonical output line of each row, for writing without encoding.
 
     Row ``i``'s line (newline included) is ``data[body[i]:stop[i]]``; ``start_at`` is where
-    its start value's text begins. ``buffer`` is ``data`` and at least ``PAD`` bytes after it.
-    ``braces``: positions in ``data`` that must hold ``{`` before the lines are used (a
-    scanned line's canonical part begins after its order key, at a comma); ``seal`` writes
-    them, once the rows are accepted.
+    its start value's text begins. ``braces``: positions in ``data`` that must hold ``{``
+    before the lines are used (a scanned line's canonical part begins after its order key,
+    at a comma); ``seal`` writes them, once the rows are accepted.
     """
 
-    __slots__ = ("data", "body", "stop", "start_at", "buffer", "braces")
+    __slots__ = ("data", "body", "stop", "start_at", "braces")
 
     def __init__(self, data: np.ndarray, body: np.ndarray, stop: np.ndarray,
-                 start_at: np.ndarray, buffer: np.ndarray | None = None,
-                 braces: np.ndarray | None = None) -> None:
+                 start_at: np.ndarray, braces: np.ndarray | None = None) -> None:
         self.data = data
         self.body = body
         self.stop = stop
         self.start_at = start_at
-        self.buffer = data if buffer is None else buffer
         self.braces = braces
 
     def seal(self) -> RawLines:
@@ -191,22 +188,6 @@ class RawLines:
 
     def line(self, i: int) -> bytes:
         return self.data[self.body[i]:self.stop[i]].tobytes()
-
-    def window(self, starts: np.ndarray, width: int) -> np.ndarray:
-        """``(len(starts), width)`` uint8: the ``width`` bytes from each start (bytes past the
-        buffer's end are zero)."""
-        buf = self.buffer
-        limit = len(buf) - width  # the last start with a whole window
-        if not len(starts) or int(starts.max()) <= limit:
-            return np.lib.stride_tricks.sliding_window_view(buf, width)[starts]
-        out = np.zeros((len(starts), width), np.uint8)
-        inside = starts <= limit
-        if limit >= 0:
-            out[inside] = np.lib.stride_tricks.sliding_window_view(buf, width)[starts[inside]]
-        for i in np.flatnonzero(~inside).tolist():  # the last few lines: cut at the end
-            tail = buf[starts[i]:starts[i] + width]
-            out[i, :len(tail)] = tail
-        return out
 
 
 class Columns:

@@ -1,17 +1,16 @@
-"""A vectorised JSON Lines scanner for blocks of records in the flat shape the engine writes.
+"""The flat JSON Lines scanner: a whole block of lines in the shape the engine writes, read
+with numpy, no Python object per record (a fast scanner of ``eventlog.fast``).
 
-The orjson parsers of ``eventlog.read`` build a Python dict per record; this scanner
-reads a whole block of lines with numpy instead, when every line has the *flat shape*::
+The *flat shape*::
 
     {["seq":INT, | "arrival":INT,]["source":"NAME",]"kind":"KIND"[,"start":INT][,"end":INT][,"payload":P]}
 
 with the keys in exactly that order, no spaces, integers in canonical form (no leading zeros,
 no ``-0``), a name without quotes, backslashes or control characters, and ``P`` a JSON value
 that orjson re-encodes to the same bytes (each distinct payload of the block checked, all in
-one round trip).
-Every byte of such a line is accounted for, so the values found are those orjson would
-decode, and the line from ``"source"`` on *is* the canonical output line (``docs/event-log.md``):
-replay writes those input bytes instead of re-encoding the record.
+one round trip). Every byte of such a line is accounted for, so the values found are those
+orjson would decode, and the line from ``"source"`` on *is* the canonical output line
+(``docs/event-log.md``): replay writes those input bytes instead of re-encoding the record.
 
 How: one pass over the block finds the newlines (and proves there is no other control
 character); everything after that works per line, not per byte. Each field is read as
@@ -19,12 +18,12 @@ little-endian 64-bit words at the line's offsets: a literal key is one or two wo
 comparisons, the length of a digit run or a name is the first flagged byte of a word (SWAR:
 SIMD within a register), and eight digits convert with three multiplications. So the cost is
 a few dozen numpy operations over arrays of one element per line, plus the payload round trip.
-``scan_block`` can work in place on the reader's buffer, which then needs ``PAD`` spare bytes.
+The scanner reads the reader's buffer in place, which has ``PAD`` spare bytes after the block.
 
-Anything else — a space, an escape, an ISO time, a key out of order, a blank line, an invalid
-record — makes ``scan_block`` return ``None`` and the caller parses the block with the exact
-parsers, which give the bad-record errors (TS §5.3). The scanner therefore never decides that
-a record is bad; it only recognises blocks that are certainly good. Memory: O(block).
+It only reads: a line of any other shape (a space, an escape, an ISO time, a key out of
+order, a blank line) makes it return ``None``, and whether the values it read make good
+records — kinds, sources, times, order keys — is decided by the rules (``eventlog.records``).
+Memory: O(block).
 """
 
 from __future__ import annotations
@@ -493,4 +492,4 @@ def _scan(raw: bytearray, size: int, mode: str | None, table: SourceTable,
                       names, Times.ints(start, timed), Times.ints(end, has_end),
                       keys if mode == "seq" else Times.absent(n),
                       keys if mode == "arrival" else Times.absent(n), payload, has_payload,
-                      raw=RawLines(a[:size], body, nl + 1, start_at, a, braces=body))
+                      raw=RawLines(a[:size], body, nl + 1, start_at, braces=body))

@@ -1,32 +1,83 @@
-"""Canonical JSON Lines text built from columns with numpy, many rows at a time.
+"""Canonical JSON Lines text of whole columns, many rows at a time (replay's columnar path).
 
-The record encoders of ``eventlog`` (``insert_line``, ``late_line``) format one line
-per call; the columnar replay path needs the same bytes for whole chunks. Here a row's text
-is laid out as a few fixed-width pieces — a constant, a right-aligned decimal, a name's
-prefix — each with a mask of the bytes it uses; the masked bytes of all rows, read row by
-row, are the lines (one compress). Long variable pieces (an input line, a payload) are
-merged in the same way, by where their bytes go. The bytes are exactly the encoders'
-(``tests/replay`` compares them with hypothesis), so either path writes the same file
-(TS §5.1). Memory: O(rows x line width) per call.
+The record encoders of ``eventlog.format`` (``insert_line``, ``late_line``) format one line
+per call; the columnar path needs the same bytes for whole chunks. Here pyarrow's compute
+functions make them: integers become text with ``cast``, each line is the join of its pieces
+(``binary_join_element_wise``: a name's prefix, the times, ``,"end":…``, ``,"payload":…``,
+the closing brace; a piece that is null is left out), and the joined array's one data buffer
+*is* the lines, back to back. Texts already in a buffer (the payloads, the input lines) are
+taken by Arrow from the buffer as it is. RFC 3339 times are written here, as 64-bit words of
+ASCII digits (SWAR): no library renders them with the fraction only as needed. The bytes are
+exactly the encoders' (``tests/replay`` compares them with hypothesis), so either path writes
+the same file (TS §5.1). Memory: O(rows x line width) per call.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from eventlog.columns import RawLines, gather
+from eventlog.columns import RawLines
 
-__all__ = ["decimals", "iso_times", "late_text", "insert_lines", "DIGITS"]
+__all__ = ["decimals", "iso_times", "texts", "late_text", "insert_lines"]
 
 _U = np.uint64
 _ASCII0 = _U(0x3030303030303030)
-_POWERS = np.array([10**k for k in range(1, 20)], np.uint64)
-#: rows per slice of the decimal conversion: its temporaries then stay in the CPU's cache
+#: rows per slice of the RFC 3339 conversion: its temporaries then stay in the CPU's cache
 _SLICE = 8192
-#: digit places of a decimal piece: three 8-digit groups
-DIGITS = 24
+
+
+def _arrow() -> tuple[Any, Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa, pc
+
+
+def _text(pa: Any, value: str) -> Any:
+    return pa.scalar(value, pa.large_string())
+
+
+def decimals(values: np.ndarray) -> Any:
+    """int64 ``values`` as decimal text (an Arrow ``large_string`` array)."""
+    pa, pc = _arrow()
+    return pc.cast(pa.array(values, pa.int64()), pa.large_string())
+
+
+def texts(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray,
+          valid: np.ndarray | None = None) -> Any:
+    """The texts ``buffer[p0[j]:p1[j]]`` (ranges ascending, disjoint) as an Arrow array, null
+    where not ``valid``: the buffer cut at every ``p0`` and ``p1`` is an array whose elements
+    ``3 j + 1`` are the texts, which Arrow takes without a copy of the rest."""
+    pa, pc = _arrow()
+    k = len(p0)
+    offsets = np.empty(3 * k + 1, np.int64)
+    offsets[0] = 0
+    offsets[1::3] = p0
+    offsets[2::3] = p1
+    offsets[3::3] = p1
+    whole = pa.LargeStringArray.from_buffers(3 * k, pa.py_buffer(offsets), pa.py_buffer(buffer))
+    mask = None if valid is None else ~valid
+    return pc.take(whole, pa.array(np.arange(1, 3 * k, 3), pa.int64(), mask=mask))
+
+
+def _spread(pa: Any, pc: Any, values: Any, where: np.ndarray) -> Any:
+    """``values`` (one per true row of ``where``) placed at those rows, null elsewhere."""
+    index = np.cumsum(where) - 1
+    return pc.take(values, pa.array(index, pa.int64(), mask=~where))
+
+
+def _lines(joined: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A joined array's bytes (no copy, read-only) and its rows' offsets into them."""
+    n = len(joined)
+    if not n:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    _, offsets, data = joined.buffers()[:3]
+    at = np.frombuffer(offsets, np.int64, count=joined.offset + n + 1)[joined.offset:]
+    if data is None:
+        return np.zeros(0, np.uint8), at - at[0]
+    return np.frombuffer(data, np.uint8, count=int(at[-1]))[at[0]:], at - at[0]
 
 
 def _eight_ascii(x: np.ndarray) -> np.ndarray:
@@ -40,20 +91,6 @@ def _eight_ascii(x: np.ndarray) -> np.ndarray:
     return (t | ((v - t * _U(10)) << _U(8))) | _ASCII0
 
 
-def _decimal_slice(values: np.ndarray, words: np.ndarray, digits: np.ndarray,
-                   neg: np.ndarray) -> None:
-    np.less(values, 0, out=neg)
-    m = values.view(np.uint64)
-    m = np.where(neg, ~m + _U(1), m)  # the magnitude; -(2**63) fits in uint64
-    digits[:] = np.searchsorted(_POWERS, m, side="right") + 1
-    top = m // _U(10**16)
-    rest = m - top * _U(10**16)
-    mid = rest // _U(10**8)
-    words[:, 0] = _eight_ascii(top)
-    words[:, 1] = _eight_ascii(mid)
-    words[:, 2] = _eight_ascii(rest - mid * _U(10**8))
-
-
 def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """The first value of each run of equal ``values`` (the CTI in force repeats from row
     to row) and the index that spreads per-run results back over the rows (``None``: every
@@ -65,29 +102,6 @@ def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     if len(first) == n:
         return values, None
     return values[first], np.repeat(np.arange(len(first)), np.diff(np.append(first, n)))
-
-
-def decimals(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
-    """int64 ``values`` as pieces for ``_row_texts`` — the sign if any is negative, then the
-    zero-padded digits of which each number uses the last ones — and each one's length.
-    Runs of equal values are converted once."""
-    n = len(values)
-    distinct, run = _runs(values)
-    m = len(distinct)
-    words = np.empty((m, DIGITS // 8), np.uint64)
-    digits = np.empty(m, np.int64)
-    neg = np.empty(m, np.bool_)
-    for lo in range(0, m, _SLICE):
-        hi = min(m, lo + _SLICE)
-        _decimal_slice(distinct[lo:hi], words[lo:hi], digits[lo:hi], neg[lo:hi])
-    if run is not None:
-        words, digits, neg = words[run], digits[run], neg[run]
-    width = int(digits.max()) if n else 1
-    text = words.view(np.uint8)[:, DIGITS - width:]
-    parts = [(text, np.arange(width) >= (width - digits)[:, None])]
-    if neg.any():
-        parts.insert(0, _constant(b"-", neg))
-    return parts, digits + neg
 
 
 _NS_PER_DAY = 86400 * 10**9
@@ -153,12 +167,12 @@ def _iso_slice(values: np.ndarray, text: np.ndarray, digits: np.ndarray) -> None
                                                  np.where(frac % _U(10**3) == 0, 6, 9)))
 
 
-def iso_times(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
-    """int64 ``values`` as pieces for ``_row_texts`` in the form of ``decimals``: each as a
-    JSON string of RFC 3339 UTC with a fraction only as needed, in groups of three digits —
-    the bytes of ``eventlog.iso_time`` — and each one's length. Every int64 renders
-    (years 1677 to 2262); runs of equal values are converted once."""
-    n = len(values)
+def iso_times(values: np.ndarray) -> Any:
+    """int64 ``values`` as JSON strings of RFC 3339 UTC with a fraction only as needed, in
+    groups of three digits — the bytes of ``eventlog.iso_time`` — as an Arrow
+    ``large_string`` array. Every int64 renders (years 1677 to 2262); runs of equal values
+    are converted once."""
+    pa, pc = _arrow()
     distinct, run = _runs(values)
     m = len(distinct)
     text = np.empty((m, _ISO_WIDTH), np.uint8)
@@ -166,116 +180,67 @@ def iso_times(values: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], 
     for lo in range(0, m, _SLICE):
         hi = min(m, lo + _SLICE)
         _iso_slice(distinct[lo:hi], text[lo:hi], digits[lo:hi])
-    if run is not None:
-        text, digits = text[run], digits[run]
-    used = np.ones((n, _ISO_WIDTH), np.bool_)
+    used = np.ones((m, _ISO_WIDTH), np.bool_)
     used[:, 20:30] = _ISO_FRACTION < (digits + (digits > 0))[:, None]
-    return [(text, used)], 22 + digits + (digits > 0)
+    offsets = np.zeros(m + 1, np.int64)
+    np.cumsum(22 + digits + (digits > 0), out=offsets[1:])
+    found = pa.LargeStringArray.from_buffers(m, pa.py_buffer(offsets),
+                                             pa.py_buffer(text[used]))
+    return found if run is None else pc.take(found, pa.array(run, pa.int64()))
 
 
-def _row_texts(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Per row, the concatenation of ``parts`` (``(bytes uint8 (n, k), used bool (n, k))``
-    each): all rows' texts back to back."""
-    text = np.concatenate([p[0] for p in parts], axis=1)
-    used = np.concatenate([p[1] for p in parts], axis=1)
-    return text[used]
+def insert_lines(prefixes: Sequence[bytes], source: np.ndarray, start: np.ndarray,
+                 end: np.ndarray, has_end: np.ndarray, buffer: np.ndarray, p0: np.ndarray,
+                 p1: np.ndarray, rows: np.ndarray, n: int,
+                 times: Callable[[np.ndarray], Any] = decimals) -> RawLines:
+    """Canonical insert lines (``insert_line``'s bytes) for ``rows`` of a chunk of ``n``.
+
+    ``prefixes[c]`` is ``insert_prefix`` of source code ``c``; ``start``, ``end``,
+    ``has_end``, ``source`` are the chunk's columns; row ``rows[j]``'s payload is the
+    canonical JSON text ``buffer[p0[j]:p1[j]]`` (empty: none; ranges ascending, disjoint).
+    The other rows of the chunk get empty lines (the columnar writer builds CTI lines from
+    the decisions). ``times``: ``decimals``, or ``iso_times`` for ``insert_line_iso``'s
+    bytes.
+    """
+    pa, pc = _arrow()
+    join = pc.binary_join_element_wise
+    src = source[rows]
+    pieces = [pc.take(pa.array(prefixes, pa.large_binary()).cast(pa.large_string()),
+                      pa.array(src, pa.int64())),
+              times(start[rows])]
+    interval = has_end[rows]
+    if interval.any():
+        pieces.append(join(_text(pa, ',"end":'),
+                           _spread(pa, pc, times(end[rows][interval]), interval), _text(pa, "")))
+    given = p1 > p0
+    if given.any():
+        pieces.append(join(_text(pa, ',"payload":'), texts(buffer, p0, p1, given),
+                           _text(pa, "")))
+    data, at = _lines(join(*pieces, _text(pa, "}\n"), _text(pa, ""), null_handling="skip"))
+    prefix_lens = np.array([len(p) for p in prefixes] or [0], np.int64)
+    body = np.zeros(n, np.int64)
+    stop = np.zeros(n, np.int64)
+    start_at = np.zeros(n, np.int64)
+    body[rows] = at[:-1]
+    stop[rows] = at[1:]
+    start_at[rows] = at[:-1] + prefix_lens[src]
+    return RawLines(data, body, stop, start_at)
 
 
-def _constant(lit: bytes, used: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = len(used)
-    text = np.broadcast_to(np.frombuffer(lit, np.uint8), (n, len(lit)))
-    return text, np.broadcast_to(used[:, None], (n, len(lit)))
-
-
-def _interleave(pieces: Sequence[np.ndarray], lens: Sequence[np.ndarray]) -> np.ndarray:
-    """Row by row, piece 0's bytes then piece 1's …: ``pieces[k]`` holds all rows' bytes of
-    piece ``k`` back to back, ``lens[k]`` each row's share."""
-    n = len(lens[0])
-    k = len(pieces)
-    share = np.empty(n * k, np.int64)
-    for j in range(k):
-        share[j::k] = lens[j]
-    which = np.repeat(np.tile(np.arange(k, dtype=np.int8), n), share)
-    out = np.empty(len(which), np.uint8)
-    for j in range(k):
-        out[which == j] = pieces[j]
-    return out
-
-
-def late_text(raw: RawLines, rows: np.ndarray, cti: np.ndarray,
-              adjusted: np.ndarray, times=decimals) -> np.ndarray:
+def late_text(raw: RawLines, rows: np.ndarray, cti: np.ndarray, adjusted: np.ndarray,
+              times: Callable[[np.ndarray], Any] = decimals) -> np.ndarray:
     """The late-file lines of ``rows`` (``late_line`` of their canonical lines): each input
     line without its closing ``}\\n``, then ``,"cti":C,"action":"dropped"}\\n`` or
     ``,"cti":C,"action":"adjusted","adjusted_start":C}\\n`` (``adjusted`` rows). ``times``:
     how the times are written (``decimals``, or ``iso_times`` for ``late_line_iso``)."""
-    n = len(rows)
+    pa, pc = _arrow()
+    join = pc.binary_join_element_wise
+    c = times(cti)
+    action = pc.coalesce(
+        join(_text(pa, ',"action":"adjusted","adjusted_start":'),
+             pc.if_else(pa.array(adjusted), c, pa.scalar(None, pa.large_string())),
+             _text(pa, "}\n"), _text(pa, "")),
+        _text(pa, ',"action":"dropped"}\n'))
     body = raw.body[rows]
-    head = raw.stop[rows] - 2 - body
-    width = int(head.max())
-    lines = (raw.window(body, width), np.arange(width) < head[:, None])
-    number, _ = times(cti)
-    parts = [lines, _constant(b',"cti":', np.ones(n, np.bool_)), *number,
-             _constant(b',"action":"dropped"}\n', ~adjusted)]
-    if adjusted.any():
-        parts += [_constant(b',"action":"adjusted","adjusted_start":', adjusted),
-                  *[(text, used & adjusted[:, None]) for text, used in number],
-                  _constant(b"}\n", adjusted)]
-    return _row_texts(parts)
-
-
-#: payloads up to this many bytes are laid out as a piece of the row; longer ones merged
-_PAYLOAD_PIECE = 64
-
-
-def insert_lines(prefixes: np.ndarray, prefix_lens: np.ndarray, source: np.ndarray,
-                 start: np.ndarray, end: np.ndarray, has_end: np.ndarray, buffer: np.ndarray,
-                 p0: np.ndarray, p1: np.ndarray, rows: np.ndarray, n: int,
-                 times=decimals) -> RawLines:
-    """Canonical insert lines (``insert_line``'s bytes) for ``rows`` of a chunk of ``n``.
-
-    ``prefixes[c, :prefix_lens[c]]`` is ``insert_prefix`` of source code ``c``; ``start``,
-    ``end``, ``has_end``, ``source`` are the chunk's columns; row ``rows[j]``'s payload is the
-    canonical JSON text ``buffer[p0[j]:p1[j]]`` (empty: none). The other rows of the chunk
-    get empty lines (the columnar writer builds CTI lines from the decisions). ``times``:
-    ``decimals``, or ``iso_times`` for ``insert_line_iso``'s bytes.
-    """
-    m = len(rows)
-    src = source[rows]
-    plen = prefix_lens[src]
-    width = int(plen.max()) if m else 0
-    parts = [(prefixes[src][:, :width], np.arange(width) < plen[:, None])]
-    number, lens = times(start[rows])
-    parts += number
-    lens = lens + plen
-    interval = has_end[rows]
-    if interval.any():
-        number, end_lens = times(end[rows])
-        parts += [_constant(b',"end":', interval),
-                  *[(text, used & interval[:, None]) for text, used in number]]
-        lens += np.where(interval, 7 + end_lens, 0)
-    pay_lens = p1 - p0
-    has_payload = pay_lens > 0
-    longest = int(pay_lens.max()) if m else 0
-    if longest:
-        parts.append(_constant(b',"payload":', has_payload))
-        lens += np.where(has_payload, 11, 0)
-    if longest <= _PAYLOAD_PIECE and int(p0.max(initial=0)) + longest <= len(buffer):
-        if longest:
-            window = np.lib.stride_tricks.sliding_window_view(buffer, longest)[p0]
-            parts.append((window, np.arange(longest) < pay_lens[:, None]))
-        parts.append(_constant(b"}\n", np.ones(m, np.bool_)))
-        data = _row_texts(parts)
-    else:  # long payloads: merged between each row's head and its closing brace
-        heads = _row_texts(parts)
-        tails = np.broadcast_to(np.frombuffer(b"}\n", np.uint8), (m, 2)).ravel()
-        data = _interleave([heads, gather(buffer, p0, p1), tails],
-                           [lens, pay_lens, np.full(m, 2)])
-    line_lens = lens + pay_lens + 2
-    stops = np.cumsum(line_lens)
-    body = np.zeros(n, np.int64)
-    stop = np.zeros(n, np.int64)
-    start_at = np.zeros(n, np.int64)
-    body[rows] = stops - line_lens
-    stop[rows] = stops
-    start_at[rows] = body[rows] + plen
-    return RawLines(data, body, stop, start_at)
+    lines = texts(raw.data, body, raw.stop[rows] - 2)  # without the closing }\n
+    return _lines(join(lines, _text(pa, ',"cti":'), c, action, _text(pa, "")))[0]

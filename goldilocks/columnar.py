@@ -206,31 +206,24 @@ def write_lines(raw: RawLines, action: np.ndarray, cti: np.ndarray, out: Output,
 
 
 class _Prefixes:
-    """The ``insert_prefix`` of every input name so far as a byte matrix (one row per source
-    code, ``lens`` bytes used), rebuilt when new names appear."""
+    """The ``insert_prefix`` of every input name so far, by source code, extended as new
+    names appear."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
-        self.count = -1
-        self.matrix = np.zeros((1, 1), np.uint8)
-        self.lens = np.zeros(1, np.int64)
+        self.prefixes: list[bytes] = []
 
-    def get(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.count != len(self.names):
-            prefixes = [insert_prefix(name) for name in self.names] or [b""]
-            self.lens = np.array([len(p) for p in prefixes], np.int64)
-            self.matrix = np.zeros((len(prefixes), int(self.lens.max())), np.uint8)
-            for i, p in enumerate(prefixes):
-                self.matrix[i, :len(p)] = np.frombuffer(p, np.uint8)
-            self.count = len(self.names)
-        return self.matrix, self.lens
+    def get(self) -> list[bytes]:
+        for name in self.names[len(self.prefixes):]:
+            self.prefixes.append(insert_prefix(name))
+        return self.prefixes
 
 
 def chunk_lines(chunk: Columns, prefixes: _Prefixes, iso: bool = False) -> RawLines:
     """The canonical line of each insert of the chunk (``insert_line``'s bytes, or with
     ``iso`` ``insert_line_iso``'s): the input lines if the chunk has them and the times are
-    integers, else built with numpy (``eventlog.write_columns.insert_lines``) from the
-    payload texts of a ``Payloads`` column, or from each payload encoded once."""
+    integers, else built for the whole chunk (``eventlog.write_columns.insert_lines``) from
+    the payload texts of a ``Payloads`` column, or from each payload encoded once."""
     if chunk.raw is not None and not iso:
         return chunk.raw
     n = len(chunk)
@@ -249,6 +242,5 @@ def chunk_lines(chunk: Columns, prefixes: _Prefixes, iso: bool = False) -> RawLi
         p0 = p1 - lens
         texts.write(bytes(PAD))
         buffer = np.frombuffer(texts.getbuffer(), np.uint8)
-    matrix, lens = prefixes.get()
-    return insert_lines(matrix, lens, chunk.source, chunk.start, chunk.end, chunk.has_end,
+    return insert_lines(prefixes.get(), chunk.source, chunk.start, chunk.end, chunk.has_end,
                         buffer, p0, p1, rows, n, iso_times if iso else decimals)

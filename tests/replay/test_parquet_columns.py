@@ -126,10 +126,6 @@ def test_insert_lines_are_the_encoders_bytes(rows):
 
     names = sorted({r[0] for r in rows})
     prefixes = [insert_prefix(name) for name in names]
-    lens = np.array([len(p) for p in prefixes])
-    matrix = np.zeros((len(names), lens.max()), np.uint8)
-    for i, p in enumerate(prefixes):
-        matrix[i, :len(p)] = np.frombuffer(p, np.uint8)
     texts = [b"" if p is None else orjson.dumps(p) for *_, p in rows]
     buffer = np.frombuffer(b"".join(texts) + bytes(256), np.uint8)
     ends = np.cumsum([len(t) for t in texts])
@@ -138,7 +134,7 @@ def test_insert_lines_are_the_encoders_bytes(rows):
     has_end = np.array([d > 0 and r[1] + d <= MAX_TIME for r, d in
                         zip(rows, [r[2] for r in rows])])
     end = np.where(has_end, start + np.array([r[2] for r in rows]), start + 1)
-    raw = insert_lines(matrix, lens, source, start, end, has_end, buffer,
+    raw = insert_lines(prefixes, source, start, end, has_end, buffer,
                        ends - [len(t) for t in texts], ends, np.arange(len(rows)), len(rows))
     for i, (name, t, _, p) in enumerate(rows):
         want = insert_line(insert_prefix(name), t, int(end[i]) if has_end[i] else None, p)
