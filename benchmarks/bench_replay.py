@@ -1,7 +1,7 @@
 """Replay throughput, end to end: JSON Lines and Parquet logs, columnar vs element path, output
 times as integer nanoseconds or RFC 3339 text (``time_format="iso"``), the hand-written JSON
-Lines scanner against well-kept libraries in its place (``benchmarks.replay_peers``: msgspec
-with ``Raw`` payloads, and orjson, the object path), and the columnar policy kernel next
+Lines scanner and RFC 3339 writer against well-kept libraries in their place
+(``benchmarks.replay_peers``: msgspec with ``Raw`` payloads, orjson, pyarrow), and the columnar policy kernel next
 to a bare numpy implementation of the same policy.
 
     python -m benchmarks.bench_replay            # 10 million events (several minutes)
@@ -31,6 +31,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -117,13 +118,14 @@ def load() -> str:
     return "load %.2f %.2f %.2f" % os.getloadavg()
 
 
-#: the end-to-end rows: label, log ("jsonl"/"parquet"), columnar, time format, the JSON
-#: Lines scanners (``None``: the product's)
+#: the end-to-end rows: label, log ("jsonl"/"parquet"), columnar, time format, the part
+#: replaced by a library (``None``: none)
 VARIANTS = [
     ("JSON Lines, columnar path", "jsonl", True, "ns", None),
     ("  scanner: msgspec (Raw payloads)", "jsonl", True, "ns", "msgspec"),
     ("  scanner: orjson (the object path)", "jsonl", True, "ns", "orjson"),
     ("JSON Lines, columnar path, ISO out", "jsonl", True, "iso", None),
+    ("  RFC 3339 text: pyarrow strftime", "jsonl", True, "iso", "strftime"),
     ("Parquet, columnar path", "parquet", True, "ns", None),
     ("JSON Lines, element path", "jsonl", False, "ns", None),
     ("JSON Lines, element path, ISO out", "jsonl", False, "iso", None),
@@ -132,7 +134,7 @@ VARIANTS = [
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.replay_peers import msgspec_scanner, scanners
+    from benchmarks.replay_peers import arrow_iso_times, iso_writer, msgspec_scanner, scanners
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="500k events instead of 10M")
@@ -161,7 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     variants = [v for i, v in enumerate(VARIANTS)
                 if (args.only is None or str(i) in args.only)
                 and not (args.skip_element and not v[2])]
-    chosen_scanners = {None: None, "msgspec": [msgspec_scanner], "orjson": []}
+    peers: dict[Any, Any] = {None: contextlib.nullcontext,
+                             "msgspec": lambda: scanners(jsonl=[msgspec_scanner]),
+                             "orjson": lambda: scanners(jsonl=[]),
+                             "strftime": lambda: iso_writer(arrow_iso_times)}
     copy = work / "copy.jsonl"
     times: list[list[float]] = [[] for _ in variants]
     cpu: list[list[float]] = [[] for _ in variants]
@@ -169,12 +174,11 @@ def main(argv: list[str] | None = None) -> None:
     counts: dict[str, tuple[int, bytes, bytes]] = {}
     for round_ in range(repeat + 1):  # the first is the warm-up
         print(f"  round {round_}: {load()}", flush=True)
-        for i, (label, log, columnar, time_format, scanner) in enumerate(variants):
+        for i, (label, log, columnar, time_format, peer) in enumerate(variants):
             began = time.perf_counter()
             copy_log(jsonl, copy)
             copied = time.perf_counter() - began
-            chosen = chosen_scanners[scanner]
-            with scanners(jsonl=chosen) if chosen is not None else contextlib.nullcontext():
+            with peers[peer]():
                 before, began = cpu_seconds(), time.perf_counter()
                 stats = replay([jsonl if log == "jsonl" else parquet], delay="5s", out=out,
                                late=late, columnar=columnar, time_format=time_format)

@@ -1,13 +1,17 @@
-"""A well-kept library in place of replay's hand-written JSON Lines scanner, for
-``bench_replay``'s rows.
+"""Well-kept libraries in place of replay's hand-written parts, for ``bench_replay``'s rows.
 
-``msgspec_scanner`` is not part of the product; it plugs in where the product's scanner sits
-(``eventlog.fast``'s interface), so the replay around it is the same and the comparison is
-end to end: a block decoded by ``msgspec`` into ``Struct``s with the payload kept as
-``msgspec.Raw`` (its bytes, not decoded), the columns gathered from them, the payload texts
-checked to be canonical JSON as the product's scanner checks them. The input lines are not
-proved canonical, so the writer builds every insert's line (as for Parquet).
-``with scanners(jsonl=[...]):`` installs it (``[]``: no scanner, the orjson object path).
+Neither is part of the product; each plugs in where the product's own part sits, so the
+replay around it is the same and the comparison is end to end.
+
+- ``msgspec_scanner``: a JSON Lines fast scanner (``eventlog.fast``'s interface): a block
+  decoded by ``msgspec`` into ``Struct``s with the payload kept as ``msgspec.Raw`` (its
+  bytes, not decoded), the columns gathered from them, the payload texts checked to be
+  canonical JSON as the product's scanner checks them. The input lines are not proved
+  canonical, so the writer builds every insert's line (as for Parquet). ``with
+  scanners(jsonl=[...]):`` installs it (``[]``: no scanner, the orjson object path).
+- ``arrow_iso_times``: RFC 3339 text with ``pyarrow.compute.strftime`` (nine fraction
+  digits), cut to the digits needed with three regular-expression replacements, in place of
+  ``eventlog.write_columns.iso_times``' SWAR text; ``with iso_writer(arrow_iso_times):``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from eventlog.fast import SCANNERS
 from eventlog.records import BAD_KIND, NO_SOURCE, Block, RawColumns, Times
 from eventlog.scan import payload_texts
 
-__all__ = ["msgspec_scanner", "scanners"]
+__all__ = ["msgspec_scanner", "scanners", "arrow_iso_times", "iso_writer"]
 
 _KINDS = {name: code for code, name in enumerate(KIND_NAMES)}
 
@@ -93,3 +97,30 @@ def scanners(**by_format: list[Any]) -> Iterator[None]:
         yield
     finally:
         SCANNERS.update(saved)
+
+
+def arrow_iso_times(values: np.ndarray) -> Any:
+    """``eventlog.write_columns.iso_times`` with ``pyarrow.compute``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ts = pa.array(values, pa.int64()).view(pa.timestamp("ns", "UTC"))
+    text = pc.strftime(ts, format='"%Y-%m-%dT%H:%M:%SZ"')
+    for pattern, replacement in ((r"\.000000000Z", "Z"), (r"(\.\d{3})000000Z", r"\1Z"),
+                                 (r"(\.\d{6})000Z", r"\1Z")):
+        text = pc.replace_substring_regex(text, pattern, replacement)
+    return text.cast(pa.large_string())
+
+
+@contextlib.contextmanager
+def iso_writer(iso_times: Any) -> Iterator[None]:
+    """Replay's RFC 3339 text made by ``iso_times`` (``None``: the product's)."""
+    from goldilocks import columnar
+
+    saved = columnar.iso_times
+    if iso_times is not None:
+        columnar.iso_times = iso_times
+    try:
+        yield
+    finally:
+        columnar.iso_times = saved
