@@ -4,7 +4,8 @@
 - ``Columns``: a batch of valid records in arrival order, one numpy column per field.
 - ``Payloads``: a payload column kept as canonical JSON text in one buffer, decoded on use.
 - ``RawLines``: the canonical output line of each row, as bytes in one buffer (the input
-  lines themselves when a scanner proved them canonical, or lines built with numpy).
+  lines themselves when a scanner proved them canonical, or lines built for a whole chunk
+  by ``eventlog.write_columns``).
 
 Nothing here reads a file or decides whether a record is valid (``eventlog.records`` does).
 """

@@ -5,9 +5,9 @@ row at once (emit, drop, adjust, a CTI or nothing) with the state the previous c
 the statistics are counted with ``bincount``, and the chunk is written and dropped before the
 next one. Writing never encodes a record one by one: each insert's canonical line is either
 the input's own bytes (``Columns.raw``: a scanner proved them canonical) or built for the
-whole chunk with numpy (``eventlog.write_columns``); ``write_lines`` copies the emitted lines
-out, assembles the late lines from them, and writes only CTIs and adjusted lines one at a
-time. The bytes are those of the record encoders (TS §5.1; ``tests/replay``).
+whole chunk at once (``eventlog.write_columns``, on pyarrow); ``write_lines`` copies the
+emitted lines out, joins the late lines from them, and writes only CTIs and adjusted lines
+one at a time. The bytes are those of the record encoders (TS §5.1; ``tests/replay``).
 Memory: O(chunk), plus the plot's columns if asked.
 """
 
@@ -165,8 +165,8 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
 def write_lines(raw: RawLines, action: np.ndarray, cti: np.ndarray, out: Output,
                 late_out: Output, iso: bool = False) -> None:
     """Write a chunk from its inserts' canonical lines (``chunk_lines``): emitted inserts are
-    copied out of them and late lines assembled from them with numpy; only CTIs and adjusted
-    lines are built one by one. The bytes are those ``insert_line`` and ``late_line`` would
+    copied out of them and late lines joined from them for the whole chunk; only CTIs and
+    adjusted lines are built one by one. The bytes are those ``insert_line`` and ``late_line`` would
     write (TS §5.1); with ``iso``, those of ``insert_line_iso`` and ``late_line_iso``."""
     data, body, stop = raw.data, raw.body, raw.stop
     emit = action == EMIT
