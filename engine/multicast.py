@@ -8,6 +8,24 @@ subscribers. A subscriber sees the elements that arrive after it joined. When th
 subscriber cancels, upstream is cancelled; a subscriber arriving after termination gets the
 terminal signal at once.
 
+**Batch mode** (``batch=N``): upstream's elements are lists of at most ``N`` elements (as
+``Union.batches(N)`` publishes them) and subscribers receive lists of at most ``N``, so the
+per-element cost of a signal is paid once per list. Demand counts lists on both sides, as it
+does for ``Union.batches`` (RS §1.1 and §3.9 apply to lists): upstream is asked for at most
+``capacity // N`` lists, requested or buffered, so the buffer still holds at most
+``capacity`` elements; a subscriber's ``request(n)`` asks for ``n`` lists. The buffer holds
+elements, not lists: each list a subscriber receives is new (it may keep or change it) and
+holds what arrived since its previous one, at most ``N`` and never nothing. Every subscriber
+sees the same elements in the same order; the grouping is its own (one that keeps up sees
+upstream's lists, one that fell behind catches up in full ones). ``elements()`` is the same
+stream one element at a time, for subscribers that want elements.
+
+**Live** (``live=True``): the multicast takes from upstream whether or not anyone
+subscribes, letting go of what no subscriber is there to take, and stays subscribed when
+its last subscriber leaves (a server's output, which subscribers join and leave). Otherwise
+it asks upstream for nothing before its first subscriber, and its last subscriber's cancel
+cancels upstream.
+
 ``transform(fn)`` is the seed's transform subject, with backpressure: a processor whose output
 is ``fn(input)``, where ``input`` is a publisher of whatever the processor receives and
 ``fn`` may be any stateful pipeline. The output is multicast.
@@ -19,11 +37,12 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from engine.contracts import MAX_DEMAND, Publisher, Subscription
 from engine.errors import ClosedError
-from engine.executors import INLINE, Executor
+from engine.executors import INLINE, Executor, as_executor
 from engine.sinks import PublisherBase
 from engine.subscription import (
     BufferedSubscription,
@@ -37,43 +56,43 @@ from engine.violations import report_violation
 __all__ = ["Multicast", "CursorSubscription", "TransformProcessor", "transform", "MulticastStats"]
 
 
-class MulticastStats(tuple):
-    """``(subscribers, buffered, peak, capacity)`` — frozen and cheap."""
+@dataclass(frozen=True, slots=True)
+class MulticastStats:
+    """A multicast's subscribers and its one buffer (elements, in batch mode too)."""
 
-    __slots__ = ()
-
-    def __new__(cls, subscribers: int, buffered: int, peak: int, capacity: int) -> MulticastStats:
-        return tuple.__new__(cls, (subscribers, buffered, peak, capacity))
-
-    subscribers = property(lambda self: self[0])
-    buffered = property(lambda self: self[1])
-    peak = property(lambda self: self[2])
-    capacity = property(lambda self: self[3])
+    subscribers: int
+    buffered: int   # elements held for subscribers that have not taken them yet
+    peak: int       # the most ever held ...
+    capacity: int   # ... and the bound
 
 
 class CursorSubscription(SubscriptionBase):
-    """One subscriber's view of a shared buffer: a cursor (an absolute element index) into it.
+    """One subscriber's view of a ``Multicast``'s buffer: a cursor (an absolute element index)
+    into it. With ``batch`` set, each ``on_next`` carries a list of up to ``batch`` elements
+    and demand counts lists; otherwise one element each.
 
     The owner keeps the buffer and provides ``_window(cursor, limit) -> list`` (the elements
     from ``cursor`` on, at most ``limit``), ``_end() -> int`` (the index after the last one),
     ``_advance()`` (trim what every cursor passed, ask upstream for room) and
-    ``_leave(member, cancelled)``. ``Multicast`` is one owner; the network server's output
-    fan-out is another.
+    ``_leave(member, cancelled)``.
     """
 
-    __slots__ = ("_owner", "cursor")
+    __slots__ = ("_owner", "cursor", "batch")
 
-    def __init__(self, subscriber: Any, owner: Any, cursor: int,
-                 executor: Executor = INLINE) -> None:
+    def __init__(self, subscriber: Any, owner: Multicast, cursor: int,
+                 executor: Executor = INLINE, batch: int = 0) -> None:
         super().__init__(subscriber, executor)
         self._owner = owner
         self.cursor = cursor
+        self.batch = batch
 
     def _emit(self, subscriber: Any, limit: int) -> int:
-        batch = self._owner._window(self.cursor, limit)
+        if self.batch:
+            return self._emit_lists(subscriber, limit)
+        items = self._owner._window(self.cursor, limit)
         on_next = subscriber.on_next
         count = 0
-        for item in batch:
+        for item in items:
             if self._cancelled:
                 break
             try:
@@ -84,6 +103,26 @@ class CursorSubscription(SubscriptionBase):
                 return count
             count += 1
         self.cursor += count
+        return count
+
+    def _emit_lists(self, subscriber: Any, limit: int) -> int:
+        """Up to ``limit`` lists (RS §1.1: demand counts lists), each a new list of what
+        arrived since the previous one, at most ``batch`` elements."""
+        window = self._owner._window
+        batch = self.batch
+        on_next = subscriber.on_next
+        count = 0
+        while count < limit and not self._cancelled:
+            items = window(self.cursor, batch)
+            if not items:
+                break
+            self.cursor += len(items)
+            try:
+                on_next(items)
+            except Exception as err:
+                self._subscriber_failed("on_next", err)
+                return count
+            count += 1
         return count
 
     def _drained(self) -> bool:
@@ -100,13 +139,23 @@ class Multicast(PublisherBase):
     """A hot publisher sharing one upstream among many subscribers (see module docstring).
 
     It is also the subscriber of that upstream: pass it to ``upstream.subscribe``.
+    ``executor`` runs the subscribers' drains (``None``: on the calling thread).
     """
 
-    def __init__(self, capacity: int = 256, *, name: str = "multicast") -> None:
+    def __init__(self, capacity: int = 256, *, batch: int | None = None, live: bool = False,
+                 executor: object = None, name: str = "multicast") -> None:
         if capacity <= 0:
             raise ValueError(f"{name}: capacity must be > 0, got {capacity}")
+        if batch is not None and (batch.__class__ is not int or not 0 < batch <= capacity):
+            raise ValueError(f"{name}: batch must be an int from 1 to the capacity "
+                             f"({capacity}), got {batch!r}")
         self.capacity = capacity
+        self.batch = batch
+        self.live = live
         self.name = name
+        self._unit = batch or 1                   # elements per upstream element, at most
+        self._lists = capacity // self._unit      # upstream elements requested or held
+        self._executor = as_executor(executor)
         self._lock = threading.Lock()
         self._items: deque[Any] = deque()
         self._base = 0  # absolute index of _items[0]
@@ -117,23 +166,33 @@ class Multicast(PublisherBase):
         self._error: BaseException | None = None
         self._closed = False  # the last subscriber left: upstream cancelled
         self._peak = 0
-        self._had_members = False
 
     # ------------------------------------------------------------ publisher side
     def subscribe(self, subscriber: Any) -> None:
+        """Elements, or in batch mode lists of up to ``batch`` of them (demand counts lists)."""
+        self._join(subscriber, self._unit if self.batch else 0)
+
+    def elements(self) -> Publisher:
+        """The same stream one element at a time (demand counts elements), from the same
+        buffer: what a subscriber that wants elements subscribes to in batch mode."""
+        return _Elements(self)
+
+    def _join(self, subscriber: Any, batch: int) -> None:
         check_subscriber(subscriber)  # RS §1.9
+        ended = True
+        error: BaseException | None = None
         with self._lock:
-            member = CursorSubscription(subscriber, self, self._base + len(self._items))
+            member = CursorSubscription(subscriber, self, self._base + len(self._items),
+                                        self._executor, batch)
             if self._error is not None:
-                member._error = self._error
+                error = self._error
             elif self._closed:
-                member._error = ClosedError(
-                    f"{self.name}: closed after its last subscriber cancelled")
-            elif self._completed:
-                member._completed = True
-            else:
+                error = ClosedError(f"{self.name}: closed after its last subscriber cancelled")
+            elif not self._completed:
                 self._members.append(member)
-                self._had_members = True
+                ended = False
+        if ended:  # RS §1.9, §2.9: a late subscriber gets the terminal signal at once
+            member.finish(error)
         member.start()
         self._advance()
 
@@ -167,15 +226,24 @@ class Multicast(PublisherBase):
                 return
             self._outstanding -= 1
             overrun = self._outstanding < 0
-            self._items.append(item)
-            if len(self._items) > self._peak:
-                self._peak = len(self._items)
             members = list(self._members)
+            if not members:  # live, nobody to take it: let it go
+                self._base += len(item) if self.batch else 1
+            else:
+                items = self._items
+                if self.batch:
+                    items.extend(item)
+                else:
+                    items.append(item)
+                if len(items) > self._peak:
+                    self._peak = len(items)
         if overrun:
             report_violation("RS §1.1", f"{self.name}: upstream sent more than requested",
                              party=self._upstream)
         for member in members:
             member.signal()
+        if not members:
+            self._advance()
 
     def on_error(self, error: BaseException) -> None:
         if error is None:
@@ -184,16 +252,14 @@ class Multicast(PublisherBase):
             self._error = error
             members = list(self._members)
         for member in members:  # RS §4.2: to every subscriber at once, demand or not
-            member._error = error
-            member.signal()
+            member.fail(error)
 
     def on_complete(self) -> None:
         with self._lock:
             self._completed = True
             members = list(self._members)
-        for member in members:
-            member._completed = True
-            member.signal()
+        for member in members:  # RS §2.9: once each has taken what is buffered
+            member.complete()
 
     # ------------------------------------------------------------ the members' buffer
     def _window(self, cursor: int, limit: int) -> list[Any]:
@@ -209,17 +275,25 @@ class Multicast(PublisherBase):
         """Trim what every member has taken; ask upstream for the free space."""
         with self._lock:
             members = self._members
+            items = self._items
             if members:
-                low = min(member.cursor for member in members)
-                while self._base < low and self._items:
-                    self._items.popleft()
-                    self._base += 1
+                taken = min(member.cursor for member in members) - self._base
+            else:
+                taken = len(items) if self.live else 0
+            if taken >= len(items):
+                self._base += len(items)
+                items.clear()
+            else:
+                for _ in range(taken):
+                    items.popleft()
+                self._base += max(taken, 0)
             upstream = self._upstream
-            if upstream is None or not members or self._closed or self._completed:
+            if upstream is None or self._closed or self._completed or self._error is not None \
+                    or not (members or self.live):
                 return
-            want = self.capacity - len(self._items) - self._outstanding
-            if want < (self.capacity + 1) // 2:
-                return
+            want = (self.capacity - len(items)) // self._unit - self._outstanding
+            if want <= 0 or want < (self._lists + 1) // 2:
+                return  # ask in batches, once half the room is free
             self._outstanding += want
         upstream.request(want)
 
@@ -230,7 +304,7 @@ class Multicast(PublisherBase):
             except ValueError:
                 return
             last = not self._members and cancelled and not self._completed \
-                and self._error is None
+                and self._error is None and not self.live
             if last:
                 self._closed = True
                 self._items.clear()
@@ -240,6 +314,25 @@ class Multicast(PublisherBase):
                 upstream.cancel()  # the last subscriber left: cancel upstream
         else:
             self._advance()
+
+    def __repr__(self) -> str:
+        mode = f", batch={self.batch}" if self.batch else ""
+        return f"{self.name}(capacity={self.capacity}{mode}{', live' if self.live else ''})"
+
+
+class _Elements(PublisherBase):
+    """A batch-mode multicast's stream one element at a time: ``Multicast.elements()``."""
+
+    __slots__ = ("_multicast",)
+
+    def __init__(self, multicast: Multicast) -> None:
+        self._multicast = multicast
+
+    def subscribe(self, subscriber: Any) -> None:
+        self._multicast._join(subscriber, 0)
+
+    def __repr__(self) -> str:
+        return f"{self._multicast!r}.elements()"
 
 
 class _Relay(BufferedSubscription):
@@ -262,22 +355,23 @@ class _Relay(BufferedSubscription):
 
 
 class _InputPublisher(PublisherBase):
-    """The processor's input as a publisher: exactly one subscriber, ``fn``'s pipeline."""
+    """The processor's input as a publisher: exactly one subscriber, ``fn``'s pipeline, whose
+    subscription (``relay``) the processor feeds."""
 
-    __slots__ = ("_processor",)
+    __slots__ = ("_processor", "relay")
 
     def __init__(self, processor: TransformProcessor) -> None:
         self._processor = processor
+        self.relay: _Relay | None = None
 
     def subscribe(self, subscriber: Any) -> None:
         check_subscriber(subscriber)
-        processor = self._processor
-        if processor._relay is not None:
+        if self.relay is not None:
             from engine.sources import failed
             failed(ClosedError("a transform's input accepts one subscriber; fn subscribed "
                                "to it twice")).subscribe(subscriber)
             return
-        relay = processor._relay = _Relay(subscriber, processor)
+        relay = self.relay = _Relay(subscriber, self._processor)
         relay.start()
 
 
@@ -293,10 +387,9 @@ class TransformProcessor(PublisherBase):
         self._upstream: Subscription | None = None
         self._pending = 0
         self._cancelled = False
-        self._relay: _Relay | None = None
-        self._received = 0
+        self._input = _InputPublisher(self)
         self._output = Multicast(capacity, name=name)
-        output = fn(_InputPublisher(self))
+        output = fn(self._input)
         if output is None:
             raise TypeError("transform(): fn returned None instead of a publisher")
         output.subscribe(self._output)
@@ -322,7 +415,7 @@ class TransformProcessor(PublisherBase):
     def on_next(self, item: Any) -> None:
         if item is None:
             raise TypeError("RS §2.13: on_next() requires an element, got None")
-        relay = self._relay
+        relay = self._input.relay
         if relay is None or not relay.offer(item):
             report_violation("RS §1.1", f"{self.name}: element beyond demand dropped",
                              party=self._upstream)
@@ -330,14 +423,16 @@ class TransformProcessor(PublisherBase):
     def on_error(self, error: BaseException) -> None:
         if error is None:
             raise TypeError("RS §2.13: on_error() requires an exception, got None")
-        if self._relay is not None:
-            self._relay.fail(error)
+        relay = self._input.relay
+        if relay is not None:
+            relay.fail(error)
         else:
             self._output.on_error(error)
 
     def on_complete(self) -> None:
-        if self._relay is not None:
-            self._relay.complete()
+        relay = self._input.relay
+        if relay is not None:
+            relay.complete()
         else:
             self._output.on_complete()
 

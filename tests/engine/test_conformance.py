@@ -172,6 +172,59 @@ class TestMulticastOnPool(TestMulticast):
         return multicast
 
 
+class Chunks:
+    """``range(elements)`` in lists of ``size`` (the last one shorter), made as they are
+    asked for: a batch-mode multicast's upstream."""
+
+    def __init__(self, elements: int, size: int) -> None:
+        self.elements = elements
+        self.size = size
+
+    def __iter__(self):
+        for start in range(0, self.elements, self.size):
+            yield list(range(start, min(start + self.size, self.elements)))
+
+
+class TestMulticastBatches(PublisherVerification):
+    """Batch mode: each element is a list of four; upstream's whole lists of four come out
+    as the same lists (a subscriber never gets part of one, or an empty one)."""
+
+    hot = True
+
+    def create_publisher(self, elements):
+        multicast = Multicast(capacity=16, batch=4)
+        from_iterable(Chunks(4 * elements, 4)).subscribe(multicast)
+        return multicast
+
+    def create_failed_publisher(self):
+        multicast = Multicast(capacity=16, batch=4)
+        failed(RuntimeError("failed on purpose")).subscribe(multicast)
+        return multicast
+
+
+class TestMulticastBatchesOnPool(TestMulticastBatches):
+    def create_publisher(self, elements):
+        multicast = Multicast(capacity=16, batch=4)
+        from_iterable(Chunks(4 * elements, 4), executor=POOL).subscribe(multicast)
+        return multicast
+
+
+class TestMulticastBatchesAsElements(PublisherVerification):
+    """``elements()`` of a batch-mode multicast: lists of up to three in, elements out."""
+
+    hot = True
+
+    def create_publisher(self, elements):
+        multicast = Multicast(capacity=16, batch=3)
+        from_iterable(Chunks(elements, 3)).subscribe(multicast)
+        return multicast.elements()
+
+    def create_failed_publisher(self):
+        multicast = Multicast(capacity=16, batch=3)
+        failed(RuntimeError("failed on purpose")).subscribe(multicast)
+        return multicast.elements()
+
+
 # ------------------------------------------------------------------------------ transform
 class TestTransformIdentity(ProcessorVerification):
     hot = True

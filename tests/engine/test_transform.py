@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import threading
 
+import pytest
+
 from engine import MAX_DEMAND, ClosedError, Multicast, failed, from_iterable, transform
 from engine.tck import ManualSubscriber, ManualSubscription
 from operators.basic import map, scan
@@ -179,3 +181,93 @@ def test_multicast_asks_upstream_only_for_free_space():
     probe.request(2)
     assert upstream.requested == 13
     upstream.check()
+
+
+# ------------------------------------------------------------------------------ batch mode
+def test_batch_mode_asks_upstream_for_lists_and_holds_at_most_capacity_elements():
+    upstream = ManualSubscription()
+    multicast = Multicast(capacity=8, batch=2)
+    multicast.on_subscribe(upstream)
+    probe = ManualSubscriber(register=False)
+    multicast.subscribe(probe)
+    assert upstream.requested == 4  # lists of up to 2: 8 elements
+    for i in range(4):
+        multicast.on_next([2 * i, 2 * i + 1])
+    stats = multicast.stats()
+    assert stats.buffered == stats.peak == stats.capacity == 8
+    assert upstream.requested == 4  # full: nothing more until the subscriber takes
+    probe.request(2)  # two lists: four elements leave, two lists of room
+    assert probe.expect_nexts(2) == [[0, 1], [2, 3]]
+    assert upstream.requested == 6 and multicast.stats().buffered == 4
+    upstream.check()
+
+
+def test_batch_mode_each_subscriber_gets_the_same_elements_in_lists_of_at_most_batch():
+    upstream = ManualSubscription()
+    multicast = Multicast(capacity=12, batch=4)
+    multicast.on_subscribe(upstream)
+    fast, slow = probes(2)
+    multicast.subscribe(fast)
+    multicast.subscribe(slow)
+    fast.request(MAX_DEMAND)
+    for chunk in ([0], [1, 2], [3, 4, 5]):
+        multicast.on_next(chunk)
+    assert fast.expect_nexts(3) == [[0], [1, 2], [3, 4, 5]]  # kept up: upstream's lists
+    slow.request(MAX_DEMAND)  # fell behind: catches up in full lists, never an empty one
+    assert slow.expect_nexts(2) == [[0, 1, 2, 3], [4, 5]]
+    multicast.on_complete()
+    fast.expect_complete()
+    slow.expect_complete()
+
+
+def test_batch_mode_elements_share_the_buffer_one_element_at_a_time():
+    upstream = ManualSubscription()
+    multicast = Multicast(capacity=4, batch=2)
+    multicast.on_subscribe(upstream)
+    lists, one_by_one = probes(2)
+    multicast.subscribe(lists)
+    multicast.elements().subscribe(one_by_one)
+    lists.request(MAX_DEMAND)
+    multicast.on_next(["a", "b"])
+    multicast.on_next(["c"])
+    assert lists.expect_nexts(2) == [["a", "b"], ["c"]]
+    one_by_one.request(2)
+    assert one_by_one.expect_nexts(2) == ["a", "b"]
+    assert multicast.stats().buffered == 1  # "c": the element subscriber has not taken it
+    multicast.on_error(RuntimeError("upstream failed"))
+    lists.expect_error(RuntimeError)
+    one_by_one.expect_error(RuntimeError)  # RS §4.2: at once, demand or not
+
+
+def test_batch_mode_refuses_a_batch_it_cannot_bound():
+    for batch in (0, 9, True, 2.0):
+        with pytest.raises(ValueError, match="batch must be an int from 1 to the capacity"):
+            Multicast(capacity=8, batch=batch)
+
+
+# ------------------------------------------------------------------------------ live
+def test_live_takes_from_upstream_without_subscribers_and_outlives_the_last_one():
+    upstream = ManualSubscription()
+    multicast = Multicast(capacity=4, batch=2, live=True)
+    multicast.on_subscribe(upstream)
+    assert upstream.requested == 2  # nobody there: it asks anyway ...
+    multicast.on_next([1, 2])
+    multicast.on_next([3, 4])
+    assert multicast.stats().buffered == 0 and upstream.requested == 4  # ... and lets go
+    first = ManualSubscriber("first", register=False)
+    multicast.subscribe(first)
+    first.request(1)
+    multicast.on_next([5])
+    assert first.expect_nexts(1) == [[5]]
+    first.cancel()
+    assert not upstream.cancelled  # stays subscribed for the next subscriber
+    multicast.on_next([6])
+    second = ManualSubscriber("second", register=False)
+    multicast.subscribe(second)
+    second.request(1)
+    multicast.on_next([7])
+    assert second.expect_nexts(1) == [[7]]
+    multicast.on_complete()
+    second.expect_complete()
+    upstream.check()
+
