@@ -118,7 +118,7 @@ async def _measure(transport: str, devices: int, events: int, batch: int, reps: 
             start = time.perf_counter()
             cpu_start = time.process_time()
             ours.send("go")
-            while server._fanout.events < target:
+            while server.output.events < target:
                 await asyncio.sleep(0.0005)
                 if time.perf_counter() - start > STALL:
                     stats = server.stats()

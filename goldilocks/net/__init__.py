@@ -19,7 +19,9 @@ from goldilocks.net.protocol import (
     decode_events,
     decode_frame,
 )
-from goldilocks.net.server import ConnectionStats, Server, ServerStats, load_tokens
+from goldilocks.net.admission import load_tokens
+from goldilocks.net.connection import ConnectionStats
+from goldilocks.net.server import Server, ServerStats
 
 __all__ = [
     "Server",

@@ -102,7 +102,7 @@ def _address(text: str, what: str) -> tuple[str, int]:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from goldilocks.net.server import Server, load_tokens
+    from goldilocks.net import Server, load_tokens
 
     ws = _address(args.listen, "--listen")
     tcp = _address(args.tcp, "--tcp") if args.tcp else None
@@ -126,6 +126,7 @@ async def _serve(args: argparse.Namespace) -> int:
     ended = await server.close(timeout=shutdown)
     s = server.stats()
     u = s.union
+    assert u is not None  # the server was started
     print(f"serve: {s.connections_total} connections ({s.auth_failures} refused at setup, "
           f"{sum(n for _, n in s.protocol_errors)} protocol errors); "
           f"{s.events_received} events received, {s.events_refused} refused; "

@@ -12,6 +12,7 @@ import orjson
 from engine.event import Event
 from eventlog import read_records
 from engine.sinks import CallbackSubscriber
+from engine.sources import from_iterable
 from engine.times import MAX_TIME
 from operators import max_policy
 from goldilocks.net import ProtocolError, connect
@@ -24,7 +25,7 @@ from goldilocks.net.protocol import (
     encode_subscribe,
 )
 
-from tests.net.netsupport import TOKEN, Raw, run, start_server, until, url_of
+from tests.net.netsupport import TOKEN, Raw, points, run, start_server, until, url_of
 
 #: The documented limits (docs/protocol.md, "Limits"): a payload nests at most 64 levels; an
 #: event's row with its source fits in an output frame with 67 bytes to spare.
@@ -229,6 +230,37 @@ def test_a_client_publishing_a_payload_too_deep_is_told_which_and_why(transport)
         assert await ok.wait(5) == "completed"
         await until(lambda: server.stats().union.input("c").received == 1)
         await client.close()
+        await server.close()
+
+    run(scenario())
+
+
+def test_a_stream_refused_for_want_of_room_takes_the_frames_in_flight_for_it_in_stride():
+    """A client opens a stream and sends its first frames before the answer can reach it: a
+    subscriber its request, a device its complete. When the stream is refused (too_many),
+    those frames crossed the refusal on the wire; they are no fault, and the connection and
+    its open streams carry on. (Before, the refused stream counted as never opened, and its
+    request closed the connection as out_of_order.)"""
+    async def scenario():
+        server = await start_server(max_policy(), max_streams=1)
+        raw = await Raw.open(server.tcp_url)
+        raw.send(encode_subscribe(1))
+        raw.send(encode_request(1, 10))
+        raw.send(encode_subscribe(2))
+        raw.send(encode_request(2, 10))   # in flight when stream 2 is refused
+        raw.send(encode_publish(3, "late-device"))
+        raw.send(encode_complete(3))      # in flight when stream 3 is refused
+        refused = [await raw.recv_until("error"), await raw.recv_until("error")]
+        assert [(f.stream, f.code) for f in refused] == [(2, "too_many"), (3, "too_many")]
+        device = await connect(server.ws_url, token=TOKEN)
+        assert await device.publish(from_iterable(points([1, 2])), device="A").wait(5) == "completed"
+        delivered = await raw.recv_until("next")
+        assert delivered.stream == 1 and [e[1] for e in delivered.events] == [1, 2]
+        stats = server.stats()
+        assert stats.errors("out_of_order") == 0
+        assert len(stats.connections) == 2  # the subscriber's connection is still there
+        await device.close()
+        await raw.close()
         await server.close()
 
     run(scenario())

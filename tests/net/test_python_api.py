@@ -37,7 +37,7 @@ def test_server_and_remote_output_refuse_a_function_and_iterate_with_async_for()
 
         local_reader = asyncio.create_task(read(server))
         remote_reader = asyncio.create_task(read(remote))
-        await until(lambda: len(server._fanout.members) == 2,  # no stat counts them
+        await until(lambda: server.output.stats().subscribers == 2,
                     what="the local and the remote subscriber joined the output")
         device = await connect(url, token=TOKEN)
         publication = device.publish(_events(20), device="A")
