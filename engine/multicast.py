@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,43 +87,23 @@ class CursorSubscription(SubscriptionBase):
         self.batch = batch
 
     def _emit(self, subscriber: Any, limit: int) -> int:
-        if self.batch:
-            return self._emit_lists(subscriber, limit)
-        items = self._owner._window(self.cursor, limit)
-        on_next = subscriber.on_next
-        count = 0
-        for item in items:
-            if self._cancelled:
-                break
-            try:
-                on_next(item)
-            except Exception as err:
-                self.cursor += count
-                self._subscriber_failed("on_next", err)
-                return count
-            count += 1
+        if self.batch:  # RS §1.1: demand counts lists
+            return self._deliver(subscriber, itertools.islice(self._lists(), limit))
+        count = self._deliver(subscriber, self._owner._window(self.cursor, limit))
         self.cursor += count
         return count
 
-    def _emit_lists(self, subscriber: Any, limit: int) -> int:
-        """Up to ``limit`` lists (RS §1.1: demand counts lists), each a new list of what
-        arrived since the previous one, at most ``batch`` elements."""
+    def _lists(self) -> Iterator[list[Any]]:
+        """New lists of what arrived since the previous one, at most ``batch`` elements each,
+        until none is left."""
         window = self._owner._window
         batch = self.batch
-        on_next = subscriber.on_next
-        count = 0
-        while count < limit and not self._cancelled:
+        while True:
             items = window(self.cursor, batch)
             if not items:
-                break
+                return
             self.cursor += len(items)
-            try:
-                on_next(items)
-            except Exception as err:
-                self._subscriber_failed("on_next", err)
-                return count
-            count += 1
-        return count
+            yield items
 
     def _drained(self) -> bool:
         return self.cursor >= self._owner._end()
@@ -321,7 +301,8 @@ class Multicast(PublisherBase):
 
 
 class _Elements(PublisherBase):
-    """A batch-mode multicast's stream one element at a time: ``Multicast.elements()``."""
+    """A batch-mode multicast's stream one element at a time (``Multicast.elements()``):
+    its subscribers are members of the same buffer, whose demand counts elements."""
 
     __slots__ = ("_multicast",)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from engine.contracts import MAX_DEMAND
@@ -302,6 +303,23 @@ class SubscriptionBase:
     def _release(self) -> None:
         self._done = True  # RS §1.7: nothing after a terminal signal
         self._subscriber = None  # RS §3.13: drop the reference to the subscriber
+
+    def _deliver(self, subscriber: Any, items: Iterable[Any]) -> int:
+        """Hand ``items`` to ``subscriber.on_next`` in order until cancelled; return how many
+        it took. An ``on_next`` that raises takes nothing: the subscriber broke RS §2.13 and
+        its subscription is cancelled."""
+        on_next = subscriber.on_next
+        count = 0
+        for item in items:
+            if self._cancelled:
+                break
+            try:
+                on_next(item)
+            except Exception as err:
+                self._subscriber_failed("on_next", err)
+                break
+            count += 1
+        return count
 
     def _subscriber_failed(self, method: str, err: BaseException) -> None:
         """The subscriber broke RS §2.13: its subscription is cancelled, the hook is told."""

@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from engine.contracts import MAX_DEMAND
 from engine.errors import ClosedError, InputError
@@ -43,9 +44,13 @@ from engine.subscription import BufferedSubscription, check_subscriber
 from engine.violations import report_violation
 
 from goldilocks.net.protocol import (
+    CANCELLED,
+    COMPLETED,
     DEFAULT_MAX_FRAME,
+    FAILED,
     MAX_BATCH,
     MAX_DEPTH,
+    OPEN,
     VERSION,
     ConnectionLost,
     Frame,
@@ -72,13 +77,8 @@ _log = logging.getLogger("goldilocks.net.client")
 #: Events a publication asks of its local publisher in one step (or ``batch``, if larger).
 PULL_STEP = 1024
 
-OPEN = "open"
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-
-
-class ClientStats(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class ClientStats:
     streams: int
     frames_in: int
     frames_out: int

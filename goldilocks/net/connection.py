@@ -16,13 +16,7 @@ from typing import Any, Protocol
 
 from goldilocks.net.transport import Transport
 
-__all__ = ["Connection", "ConnectionStats", "Limits", "Tally", "Stream", "bounded",
-           "OPEN", "COMPLETED", "FAILED", "CANCELLED"]
-
-OPEN = "open"
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
+__all__ = ["Connection", "ConnectionStats", "Limits", "Tally", "Stream", "bounded"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,12 @@ from engine.errors import ClosedError
 from engine.sinks import PublisherBase
 from engine.sources import failed
 from engine.subscription import check_subscriber
-from goldilocks.net.connection import CANCELLED, COMPLETED, FAILED, OPEN, Connection
+from goldilocks.net.connection import Connection
 from goldilocks.net.protocol import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    OPEN,
     Frame,
     ProtocolError,
     RemoteError,

@@ -21,8 +21,16 @@ from typing import Any
 from engine.contracts import MAX_DEMAND
 from engine.event import CTI, Event
 from engine.multicast import Multicast
-from goldilocks.net.connection import CANCELLED, COMPLETED, FAILED, OPEN, Connection
-from goldilocks.net.protocol import encode_complete, encode_error, encode_next
+from goldilocks.net.connection import Connection
+from goldilocks.net.protocol import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    OPEN,
+    encode_complete,
+    encode_error,
+    encode_next,
+)
 
 __all__ = ["ServerOutput", "OutputStream"]
 
@@ -81,26 +89,31 @@ class OutputStream:
     def on_subscribe(self, subscription: Any) -> None:
         if subscription is None:
             raise TypeError("RS §2.13: on_subscribe() requires a subscription, got None")
-        if self.subscription is not None or self.state != OPEN:
-            subscription.cancel()  # RS §2.5
-            return
-        self.subscription = subscription
-        self.flush()
+        if self.subscription is None and self.state == OPEN:
+            self.subscription = subscription
+            self.flush()
+        else:
+            subscription.cancel()  # RS §2.5 (or the stream ended before it began)
 
     def on_next(self, events: list[Event]) -> None:
         self.asked = False
-        if self.state != OPEN:
-            return  # RS §2.8: after cancel, what was in flight is dropped
-        self.held = events
-        self.flush()
+        if self.state == OPEN:  # RS §2.8: after cancel, what was in flight is dropped
+            self.held = events
+            self.flush()
 
     def on_error(self, error: BaseException) -> None:
-        self.ended = True
-        self.error = error
-        self.flush()
+        if error is None:
+            raise TypeError("RS §2.13: on_error() requires an exception, got None")
+        self._ended(error)
 
     def on_complete(self) -> None:
+        self._ended(None)
+
+    def _ended(self, error: BaseException | None) -> None:
+        """The output ended (failed with ``error``): say so once what is held is sent, or at
+        once for an error."""
         self.ended = True
+        self.error = error
         self.flush()
 
     def flush(self) -> None:

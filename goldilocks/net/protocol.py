@@ -66,6 +66,10 @@ __all__ = [
     "MAX_SETUP_FRAME",
     "EVENT_ENVELOPE",
     "event_refusals",
+    "OPEN",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
 ]
 
 #: The protocol version this code speaks; ``setup`` names it, the server refuses others.
@@ -87,6 +91,11 @@ MAX_DEPTH = 64
 MAX_SETUP_FRAME = 4096
 #: The TCP length prefix: 4 bytes, big-endian, unsigned.
 LENGTH = struct.Struct(">I")
+#: A stream's states, on either side: open, then ended one of three ways.
+OPEN = "open"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
 
 FRAME_TYPES = ("setup", "ok", "publish", "subscribe", "request", "cancel", "next", "complete",
                "error", "keepalive")

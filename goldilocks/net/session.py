@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 from engine.errors import ClosedError, InputError
 from goldilocks.net.admission import Admission
-from goldilocks.net.connection import FAILED, Connection, bounded
+from goldilocks.net.connection import Connection, bounded
 from goldilocks.net.devices import DevicePublisher, DeviceStream
 from goldilocks.net.output import OutputStream, ServerOutput
 from goldilocks.net.protocol import (
+    FAILED,
     MAX_BATCH,
     MAX_DEPTH,
     MAX_SETUP_FRAME,
@@ -43,6 +44,9 @@ _log = logging.getLogger("goldilocks.net")
 #: Bytes a connection may read (and hand to the union) before its read loop yields the
 #: event loop; about one frame of 1024 small events.
 READ_BUDGET = 64 * 1024
+#: Why a subscriber's frame has no place on a publish stream.
+_NOT_ON_PUBLISH = {"request": "on a publish stream the server grants the credit",
+                   "cancel": "a device ends its stream with complete or error"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,22 +179,15 @@ class Session:
                                     f"subscribe stream {sid}; a subscribe stream carries "
                                     "events from the server only", stream=sid)
             stream.on_next_frame(frame)
-        elif ftype == "request":
+        elif ftype == "request" or ftype == "cancel":
             if stream is None:
                 self._late(sid, ftype)
             elif not isinstance(stream, OutputStream):
-                raise ProtocolError("out_of_order", f"request frame from the client on "
-                                    f"publish stream {sid}; on a publish stream the server "
-                                    "grants the credit", stream=sid)
-            else:
+                raise ProtocolError("out_of_order", f"{ftype} frame from the client on "
+                                    f"publish stream {sid}; {_NOT_ON_PUBLISH[ftype]}",
+                                    stream=sid)
+            elif ftype == "request":
                 stream.on_request_frame(frame.n or 0)
-        elif ftype == "cancel":
-            if stream is None:
-                self._late(sid, ftype)
-            elif not isinstance(stream, OutputStream):
-                raise ProtocolError("out_of_order", f"cancel frame from the client on publish "
-                                    f"stream {sid}; a device ends its stream with complete "
-                                    "or error", stream=sid)
             else:
                 stream.on_cancel_frame()
         elif ftype == "complete" or ftype == "error":

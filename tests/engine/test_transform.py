@@ -184,10 +184,16 @@ def test_multicast_asks_upstream_only_for_free_space():
 
 
 # ------------------------------------------------------------------------------ batch mode
-def test_batch_mode_asks_upstream_for_lists_and_holds_at_most_capacity_elements():
+def batch_multicast(capacity: int, batch: int, **options):
+    """A batch-mode multicast and the upstream subscription it was given."""
     upstream = ManualSubscription()
-    multicast = Multicast(capacity=8, batch=2)
+    multicast = Multicast(capacity=capacity, batch=batch, **options)
     multicast.on_subscribe(upstream)
+    return multicast, upstream
+
+
+def test_batch_mode_asks_upstream_for_lists_and_holds_at_most_capacity_elements():
+    multicast, upstream = batch_multicast(8, 2)
     probe = ManualSubscriber(register=False)
     multicast.subscribe(probe)
     assert upstream.requested == 4  # lists of up to 2: 8 elements
@@ -203,9 +209,7 @@ def test_batch_mode_asks_upstream_for_lists_and_holds_at_most_capacity_elements(
 
 
 def test_batch_mode_each_subscriber_gets_the_same_elements_in_lists_of_at_most_batch():
-    upstream = ManualSubscription()
-    multicast = Multicast(capacity=12, batch=4)
-    multicast.on_subscribe(upstream)
+    multicast, upstream = batch_multicast(12, 4)
     fast, slow = probes(2)
     multicast.subscribe(fast)
     multicast.subscribe(slow)
@@ -221,9 +225,7 @@ def test_batch_mode_each_subscriber_gets_the_same_elements_in_lists_of_at_most_b
 
 
 def test_batch_mode_elements_share_the_buffer_one_element_at_a_time():
-    upstream = ManualSubscription()
-    multicast = Multicast(capacity=4, batch=2)
-    multicast.on_subscribe(upstream)
+    multicast, upstream = batch_multicast(4, 2)
     lists, one_by_one = probes(2)
     multicast.subscribe(lists)
     multicast.elements().subscribe(one_by_one)
@@ -247,26 +249,21 @@ def test_batch_mode_refuses_a_batch_it_cannot_bound():
 
 # ------------------------------------------------------------------------------ live
 def test_live_takes_from_upstream_without_subscribers_and_outlives_the_last_one():
-    upstream = ManualSubscription()
-    multicast = Multicast(capacity=4, batch=2, live=True)
-    multicast.on_subscribe(upstream)
+    multicast, upstream = batch_multicast(4, 2, live=True)
     assert upstream.requested == 2  # nobody there: it asks anyway ...
     multicast.on_next([1, 2])
     multicast.on_next([3, 4])
     assert multicast.stats().buffered == 0 and upstream.requested == 4  # ... and lets go
-    first = ManualSubscriber("first", register=False)
-    multicast.subscribe(first)
-    first.request(1)
-    multicast.on_next([5])
-    assert first.expect_nexts(1) == [[5]]
-    first.cancel()
-    assert not upstream.cancelled  # stays subscribed for the next subscriber
-    multicast.on_next([6])
-    second = ManualSubscriber("second", register=False)
-    multicast.subscribe(second)
-    second.request(1)
-    multicast.on_next([7])
-    assert second.expect_nexts(1) == [[7]]
+    first, second = probes(2)
+    for probe, sent in ((first, [5]), (second, [7])):
+        multicast.subscribe(probe)
+        probe.request(1)
+        multicast.on_next(sent)
+        assert probe.expect_nexts(1) == [sent]  # not [6]: nobody was there to take it
+        if probe is first:
+            first.cancel()
+            assert not upstream.cancelled  # its last subscriber left: it stays subscribed
+            multicast.on_next([6])
     multicast.on_complete()
     second.expect_complete()
     upstream.check()
