@@ -248,7 +248,8 @@ class Multicast(PublisherBase):
             return list(itertools.islice(self._items, offset, offset + limit))
 
     def _end(self) -> int:
-        return self._base + len(self._items)
+        with self._lock:  # trimming moves both: read them together
+            return self._base + len(self._items)
 
     # ------------------------------------------------------------ pacing
     def _advance(self) -> None:
