@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from engine import MAX_DEMAND, from_iterable, pipe, transform
+from engine import MAX_DEMAND, Multicast, from_iterable, pipe, transform
 from engine.tck import ManualSubscriber
 from operators.basic import filter, map
 
@@ -146,6 +146,17 @@ def build_transform(size, pool, probes, problems):
     return [x + 1 for x in range(size)], lambda: checked.subscribe(processor)
 
 
+def build_multicast_batches(size, pool, probes, problems):
+    """A batch-mode multicast whose members drain on the pool, taken one element at a time
+    (``elements()``) so that every member's stream is the same; upstream's lists of three."""
+    multicast = Multicast(capacity=12, batch=3, executor=pool)
+    for probe in probes:
+        multicast.elements().subscribe(probe)
+    lists = [list(range(i, min(i + 3, size))) for i in range(0, size, 3)]
+    checked = SerialCheck(from_iterable(lists, executor=pool), problems)
+    return list(range(size)), lambda: checked.subscribe(multicast)
+
+
 def _source_first(build):  # source and pipe subscribe on connect, after the probe exists
     def wrapped(size, pool, probes, problems):
         expected, connect = build(size, pool, probes, problems)
@@ -159,6 +170,7 @@ CASES = {
     "pipe-map-pool": (_source_first(build_pipe), 1),
     "pipe-filter-pool": (_source_first(build_pipe_filter), 1),
     "transform-4-subscribers": (build_transform, 4),
+    "multicast-batches-4-subscribers": (build_multicast_batches, 4),
 }
 
 
