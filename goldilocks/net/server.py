@@ -125,11 +125,12 @@ class Server(PublisherBase):
                              "a server without a token would accept anyone")
         if idle_timeout <= 0 or setup_timeout <= 0 or max_frame < MAX_SETUP_FRAME \
                 or max_connections < 1 or max_streams < 1 or max_pending < 1 \
-                or outbox_bytes < 1 or min_credit < 0:
+                or outbox_bytes < 1 or min_credit < 0 or output_capacity < 1:
             raise InputError(f"{name}: idle_timeout={idle_timeout}, "
                              f"setup_timeout={setup_timeout}, max_frame={max_frame}, "
                              f"max_connections={max_connections}, max_streams={max_streams}, "
                              f"max_pending={max_pending}, outbox_bytes={outbox_bytes}, "
+                             f"output_capacity={output_capacity}, "
                              f"min_credit={min_credit}; expected the timeouts > 0, max_frame "
                              f">= {MAX_SETUP_FRAME}, min_credit >= 0 and the others >= 1")
         self.policy = policy

@@ -94,6 +94,16 @@ def test_tokens_are_compared_in_constant_time_against_every_accepted_token():
     assert "hmac.compare_digest" in inspect.getsource(Admission.check_token)
 
 
+def test_a_server_without_room_for_its_output_refuses_to_start():
+    """Before, output_capacity=0 was taken, and the server never asked the union for
+    anything: devices were granted their first credit and then nothing more."""
+    from engine.errors import InputError
+    from goldilocks.net.server import Server
+
+    with pytest.raises(InputError, match="output_capacity=0"):
+        Server(max_policy(), tokens=["t"], output_capacity=0)
+
+
 def test_a_server_without_tokens_refuses_to_start():
     from engine.errors import InputError
     from goldilocks.net.server import Server
