@@ -89,18 +89,13 @@ class Connection:
     """One client connection: its transport, streams and counters (see the module doc)."""
 
     def __init__(self, transport: Transport, limits: Limits, tally: Tally) -> None:
+        self.streams: dict[int, Any] = {}  # open streams by id
+        self.last_id = 0                   # the last stream id opened (or refused)
         self.transport = transport
         self.limits = limits
         self.tally = tally
-        self.authenticated = False
-        self.streams: dict[int, Any] = {}
-        self.last_id = 0
-        self.frames_in = 0
-        self.events_in = 0
-        self.events_out = 0
-        self.refused = 0
-        self.closed = False
-        self.evicted = False
+        self.authenticated = self.closed = self.evicted = False  # set up; ended; let go
+        self.frames_in = self.events_in = self.events_out = self.refused = 0
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
 
