@@ -1,7 +1,7 @@
 """Goldilocks operators: processors over temporal streams (DESIGN.md §3).
 
 The dynamic ``Union`` and its policies, the single-stream ``cti_sync``, CTI generation,
-reordering, fan-out, and the per-element basics.
+reordering, windows closed by CTIs, fan-out, and the per-element basics.
 """
 
 from operators.basic import filter, map, scan
@@ -20,6 +20,17 @@ from operators.reorder_buffer import ReorderBuffer
 from operators.timegen import AdvanceTime
 from operators.temporal import TemporalOperator, advance_time, broadcast, cti_sync, reorder
 from operators.union import Emitter, InputHandle, InputStats, Union, UnionStats
+from operators.windows import (
+    WINDOW_CLOSED,
+    Fold,
+    WindowOperator,
+    WindowResult,
+    Windows,
+    WindowStats,
+    fold,
+    hopping,
+    tumbling,
+)
 
 __all__ = [
     "Union",
@@ -47,4 +58,13 @@ __all__ = [
     "map",
     "filter",
     "scan",
+    "tumbling",
+    "hopping",
+    "fold",
+    "Fold",
+    "Windows",
+    "WindowOperator",
+    "WindowResult",
+    "WindowStats",
+    "WINDOW_CLOSED",
 ]

@@ -27,7 +27,7 @@ from operators.policies import goldilocks
 from operators.reorder_buffer import ReorderBuffer
 from operators.timegen import AdvanceTime
 
-__all__ = ["cti_sync", "advance_time", "reorder", "broadcast", "TemporalOperator"]
+__all__ = ["cti_sync", "advance_time", "reorder", "broadcast", "TemporalOperator", "split_late"]
 
 
 class TemporalOperator:
@@ -48,7 +48,7 @@ class TemporalOperator:
         return self.name
 
 
-def _split(late: LateOutput, outputs: tuple) -> tuple:
+def split_late(late: LateOutput, outputs: tuple) -> tuple:
     """Route ``LateRecord`` items to the side output; keep the events (usually all of them)."""
     for out in outputs:
         if out.__class__ is not Event:
@@ -81,7 +81,7 @@ def cti_sync(delay: object, on_late: str = "drop", *, late_capacity: int = 10_00
         def sync(event: Event) -> tuple:
             nonlocal state
             state, outputs = step(state, event)
-            return _split(late, outputs)
+            return split_late(late, outputs)
         return sync
 
     return TemporalOperator(f"cti_sync({policy.delay}ns, {on_late})", make_step, late=late,
@@ -104,9 +104,9 @@ def advance_time(every_events: int | None = None, every: object = None, delay: o
         generate = generator.step
 
         def step(event: Event) -> tuple:
-            return _split(late, generate(event))
+            return split_late(late, generate(event))
 
-        step.flush = lambda: _split(late, generator.flush(to_infinity=final_cti))  # type: ignore[attr-defined]
+        step.flush = lambda: split_late(late, generator.flush(to_infinity=final_cti))  # type: ignore[attr-defined]
         return step
 
     return TemporalOperator(f"advance_time({every_events}, {every}, {delay})", make_step,

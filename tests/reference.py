@@ -10,6 +10,10 @@ Arrivals
     ``("leave", name)`` for an input joining or leaving the merge. ``reference_goldilocks`` and
     ``reference_max`` ignore markers (joining and leaving change nothing for them).
 
+Windows (TS §6)
+    ``reference_windows(stream, size, hop, folds, key=..., clock_delay=...)`` recomputes each
+    window's members, its closing CTI and its values from scratch, by the rules.
+
 Results
     ``(emitted, late)``: ``emitted`` is the output stream in order — inserts (adjusted ones
     clipped) and CTIs (``source=None``); ``late`` lists one ``LateRecord`` per late insert in
@@ -40,6 +44,8 @@ __all__ = [
     "split_outputs",
     "is_marker",
     "arrivals_strategy",
+    "reference_windows",
+    "REFERENCE_FOLDS",
 ]
 
 Arrival = Any  # Event | tuple[str, str]  (("join" | "leave", input name))
@@ -203,3 +209,110 @@ def arrivals_strategy(*, min_sources: int = 2, max_sources: int = 5, max_size: i
         return draw(st.lists(st.one_of(kinds), max_size=max_size))
 
     return build()
+
+
+# -- windows (TS §6) ------------------------------------------------------------------------
+
+def _brute_windows(t: int, size: int, hop: int, offset: int) -> list[int]:
+    """Every window start ``offset + k*hop`` with ``start <= t < start + size``, by trying
+    every ``k`` near ``t`` (no modular arithmetic to get wrong)."""
+    k0 = (t - offset) // hop
+    return sorted(offset + k * hop for k in range(k0 - size // hop - 2, k0 + 2)
+                  if offset + k * hop <= t < offset + k * hop + size)
+
+
+def _fold_value(kind: str, field: str | None, payloads: list[Any]) -> Any:
+    """A built-in fold by its definition over the members' payloads, in arrival order."""
+    if kind == "count" and field is None:
+        return len(payloads)
+    values = []
+    for p in payloads:
+        v = p.get(field) if isinstance(p, dict) else None
+        if type(v) in (int, float):
+            values.append(float(v) + 0.0)
+    if kind == "count":
+        return len(values)
+    if not values:
+        return None
+    if kind in ("sum", "mean"):
+        total = 0.0
+        for v in values:  # left to right, as every path adds
+            total += v
+        return total / len(values) if kind == "mean" else total
+    return min(values) if kind == "min" else max(values)
+
+
+#: the folds ``reference_windows`` knows: ``(kind, field)``
+REFERENCE_FOLDS = (("count", None), ("count", "x"), ("sum", "x"), ("mean", "x"), ("min", "x"),
+                   ("max", "x"))
+
+
+def reference_windows(stream: Sequence[Event], size: int, hop: int,
+                      folds: Sequence[tuple[str, str | None]], *, keyed: bool = False,
+                      offset: int = 0, clock_delay: int | None = None,
+                      ) -> tuple[list[Event], list[LateRecord]]:
+    """Windows closed by CTIs (TS §6.1–§6.3) by brute force; keys are the events' sources.
+
+    Clock: with ``clock_delay`` None the stream's own CTIs (any source) — the CTI in force
+    before row i is the largest CTI among rows < i. With ``clock_delay`` set, each key's clock
+    is the Goldilocks policy over that key's own CTIs (or, unkeyed, over all CTIs):
+    ``reference_goldilocks`` of the rows < i of that key, its last emitted CTI.
+    Row i, an insert: its windows are every window holding its start; those whose end is at
+    or before its clock are closed and make it late (one record, action ``window_closed``);
+    it joins the others. A window is emitted at the first row j whose clock (after row j)
+    reaches its end, before the CTI of row j if one is passed on; windows closed at one row
+    come out by (end, key). A CTI is passed on when there is one clock and it advances it.
+    """
+    def key_of(e: Event) -> Any:
+        return e.source if keyed else None
+
+    def clock_after(i: int, key: Any) -> int | None:
+        """The clock of ``key`` after rows 0..i, by rescanning."""
+        rows = stream[:i + 1]
+        if clock_delay is None:
+            ctis = [e.start for e in rows if e.kind == CTI]
+            return max(ctis) if ctis else None
+        mine = [e for e in rows if key_of(e) == key]
+        out, _ = reference_goldilocks(mine, clock_delay)
+        ctis = [e.start for e in out if e.kind == CTI]
+        return ctis[-1] if ctis else None
+
+    members: dict[tuple[Any, int], list[Event]] = {}
+    late: list[LateRecord] = []
+    opened_at: dict[tuple[Any, int], int] = {}
+    for i, e in enumerate(stream):
+        if e.kind == CTI:
+            continue
+        key = key_of(e)
+        clock = clock_after(i - 1, key) if i else None
+        missed = False
+        for ws in _brute_windows(e.start, size, hop, offset):
+            if clock is not None and ws + size <= clock:
+                missed = True
+                continue
+            members.setdefault((key, ws), []).append(e)
+            opened_at.setdefault((key, ws), i)
+        if missed:
+            late.append(LateRecord(e.source, e, clock, "window_closed"))
+    closing: dict[int, list[tuple[int, Any, int]]] = {}
+    for (key, ws), evs in members.items():
+        for j in range(opened_at[(key, ws)], len(stream)):
+            c = clock_after(j, key)
+            if c is not None and c >= ws + size:
+                closing.setdefault(j, []).append((ws + size, key, ws))
+                break
+    one_clock = clock_delay is None or not keyed
+    emitted: list[Event] = []
+    for j, e in enumerate(stream):
+        for end, key, ws in sorted(closing.get(j, []), key=lambda c: (c[0], c[1] or "")):
+            evs = members[(key, ws)]
+            values = {(kind if field is None else f"{kind}_{field}"):
+                      _fold_value(kind, field, [m.payload for m in evs]) for kind, field in folds}
+            emitted.append(Event("point", end - 1, end, (ws, end, key, len(evs), values),
+                                 key if isinstance(key, str) else None))
+        if e.kind == CTI and one_clock:
+            before = clock_after(j - 1, key_of(e)) if j else None
+            after = clock_after(j, key_of(e))
+            if after is not None and (before is None or after > before):
+                emitted.append(Event(CTI, after, None, None, None))
+    return emitted, late

@@ -1,0 +1,203 @@
+"""Windows closed by CTIs over columns in arrival order: the vectorised form of ``Windows``.
+
+``WindowColumns(spec, folds, keyed).run(is_cti, start, key, values, names)`` takes one chunk
+of a merged stream (the policy's output: inserts and advancing CTIs, in order) and returns
+the windows it closed, in the order ``Windows.step`` emits them, with the same numbers: the
+open windows and their accumulators are carried from chunk to chunk, so where the chunks are
+cut changes nothing. Only the built-in folds (``count``, ``sum``, ``mean``, ``min``, ``max``)
+run here; a user fold runs element by element.
+
+How: every insert is given its windows (``size / hop`` candidates per row, kept where the
+insert falls in them), the CTI in force before each row is a running maximum, assignments to
+windows already closed are late (TS §6.2), and the rest are folded with unbuffered
+``ufunc.at`` in row order — the additions happen in the same order as element by element,
+so the float sums are bit-identical. A window closes at the first CTI at or after its end
+(TS §6.1); the windows a chunk closes come out by ``(end, key name)``.
+
+Memory: O(open windows + chunk × size / hop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import InputError
+from engine.times import MAX_TIME, MIN_TIME
+
+from operators.windows import Fold, WindowSpec
+
+__all__ = ["WindowColumns", "Closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """Windows closed by one chunk, in emission order: ``end`` (int64), ``key`` (int32 codes;
+    -1 unkeyed), ``count`` (int64 inserts folded), and per fold its results as ``(value,
+    present)``: float64 values and a bool mask (``False``: no value, reported as null);
+    ``late`` marks the chunk's rows that found a window closed."""
+
+    end: np.ndarray
+    key: np.ndarray
+    count: np.ndarray
+    values: tuple[tuple[np.ndarray, np.ndarray], ...]
+    late: np.ndarray
+
+
+class WindowColumns:
+    """The windows of one run over a merged stream's chunks (see the module docstring)."""
+
+    def __init__(self, spec: WindowSpec, folds: Sequence[Fold], keyed: bool, *,
+                 max_open: int = 100_000) -> None:
+        for f in folds:
+            if f.kind is None:
+                raise InputError(f"windows: the fold {f.label!r} is a user fold; only the "
+                                 "built-in ones run on columns (use the element path)")
+        self.spec = spec
+        self.folds = tuple(folds)
+        self.keyed = keyed
+        self.max_open = max_open
+        self.clock = MIN_TIME  # the CTI in force (MIN_TIME: none yet; no window ends there)
+        # the open windows, one row each
+        self.end = np.zeros(0, np.int64)
+        self.key = np.zeros(0, np.int32)
+        self.count = np.zeros(0, np.int64)
+        self.n = [np.zeros(0, np.int64) for _ in self.folds]      # values folded
+        self.acc = [np.zeros(0, np.float64) for _ in self.folds]  # sum, or min / max
+        self.peak = 0
+        self.inserts = 0
+        self.late = 0
+        self.emitted = 0
+
+    def run(self, is_cti: np.ndarray, start: np.ndarray, key: np.ndarray,
+            values: Sequence[np.ndarray], names: Sequence[str]) -> Closed:
+        """One chunk: ``is_cti``/``start`` per row (CTIs and inserts, in arrival order),
+        ``key`` int32 codes into ``names`` (ignored unkeyed), ``values[i]`` fold ``i``'s
+        value per row (float64, NaN where the insert has none)."""
+        spec = self.spec
+        n_rows = len(start)
+        start = np.asarray(start, np.int64)
+        ins = np.flatnonzero(~is_cti)
+        t = start[ins]
+        if len(t) and int(t.max()) > MAX_TIME - spec.size:
+            raise InputError("windows: an insert would open a window ending after the latest "
+                             "instant (MAX_TIME); expected earlier times")
+        # the CTI in force before each row: a running maximum, the carried clock first
+        cti_at = np.where(is_cti, start, MIN_TIME)
+        after = np.maximum.accumulate(np.concatenate([[self.clock], cti_at]))
+        before = after[:-1][ins]
+        # each insert's candidate windows, row-major (row, then window): per window the
+        # assignments keep arrival order, so the sums add in the element path's order
+        m = spec.per_insert
+        last = t - (t - spec.offset) % spec.hop
+        ends = last[:, None] + (spec.size - spec.hop * np.arange(m, dtype=np.int64))[None, :]
+        inside = ends > t[:, None]
+        closed = inside & (ends <= before[:, None])                   # TS §6.2
+        keep = inside & ~closed
+        late_rows = np.zeros(n_rows, np.bool_)
+        late_rows[ins[closed.any(axis=1)]] = True
+        self.late += int(late_rows.sum())
+        self.inserts += int(keep.any(axis=1).sum())
+        rows = np.repeat(np.arange(len(t)), m).reshape(len(t), m)[keep]
+        a_end = ends[keep]
+        a_key = (key[ins][rows].astype(np.int32) if self.keyed
+                 else np.full(len(rows), -1, np.int32))
+        # windows: the open ones first, then the new ones in order of first assignment
+        old = len(self.end)
+        both_end = np.concatenate([self.end, a_end])
+        both_key = np.concatenate([self.key, a_key])
+        pair = np.stack([both_end, both_key.astype(np.int64)], axis=1)
+        uniq, first, inverse = np.unique(pair, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(first, kind="stable")  # slots: carried windows keep their places
+        slot_of = np.empty(len(order), np.int64)
+        slot_of[order] = np.arange(len(order))
+        slots = slot_of[inverse[old:]]
+        w = len(order)
+        end = uniq[order, 0]
+        wkey = uniq[order, 1].astype(np.int32)
+        count = np.zeros(w, np.int64)
+        count[:old] = self.count
+        np.add.at(count, slots, 1)
+        opened_at = np.full(w, n_rows, np.int64)  # the row that opened each new window
+        np.minimum.at(opened_at, slots, ins[rows])
+        results = []
+        for i, f in enumerate(self.folds):
+            n = np.zeros(w, np.int64)
+            n[:old] = self.n[i]
+            acc = np.full(w, np.inf if f.kind == "min" else -np.inf if f.kind == "max"
+                          else 0.0)
+            acc[:old] = self.acc[i]
+            if f.field is None:  # count of every insert
+                n[:] = count
+            else:
+                v = np.asarray(values[i], np.float64)[ins][rows]
+                has = ~np.isnan(v)
+                s, v = slots[has], v[has]
+                np.add.at(n, s, 1)
+                if f.kind in ("sum", "mean"):
+                    np.add.at(acc, s, v)
+                elif f.kind == "min":
+                    np.minimum.at(acc, s, v)
+                elif f.kind == "max":
+                    np.maximum.at(acc, s, v)
+            results.append((n, acc))
+        # which windows close, and at which row: the first CTI at or after their end
+        self.clock = int(after[-1])
+        shut = end <= self.clock                                              # TS §6.1
+        self._peak(end, opened_at[old:], old, after[1:], is_cti)
+        ranks = _ranks(names) if self.keyed else None
+        c = np.flatnonzero(shut)
+        if ranks is not None and len(c):
+            c = c[np.lexsort((ranks[wkey[c]], end[c]))]
+        else:
+            c = c[np.argsort(end[c], kind="stable")]
+        out_values = []
+        for f, (n, acc) in zip(self.folds, results):
+            if f.kind == "count":
+                out_values.append((n[c].astype(np.float64), np.ones(len(c), np.bool_)))
+            elif f.kind == "mean":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out_values.append((acc[c] / n[c], n[c] > 0))
+            else:
+                out_values.append((acc[c], n[c] > 0))
+        closed_out = Closed(end[c], wkey[c], count[c], tuple(out_values), late_rows)
+        stay = ~shut
+        self.end, self.key, self.count = end[stay], wkey[stay], count[stay]
+        self.n = [n[stay] for n, _ in results]
+        self.acc = [acc[stay] for _, acc in results]
+        self.emitted += len(c)
+        return closed_out
+
+    def _peak(self, end: np.ndarray, opened_at: np.ndarray, old: int, clock_after: np.ndarray,
+              is_cti: np.ndarray) -> None:
+        """The most windows open at once in this chunk, exactly as element by element:
+        +1 at the row that opens a window, -1 at the CTI row that closes it."""
+        n_rows = len(clock_after)
+        delta = np.zeros(n_rows + 1, np.int64)
+        np.add.at(delta, opened_at, 1)
+        # the row at which the clock first reaches each window's end (n_rows: not in this chunk)
+        closes = np.searchsorted(clock_after, end, side="left")
+        np.add.at(delta, closes, -1)
+        running = old + np.cumsum(delta[:n_rows])
+        peak = int(running.max()) if n_rows else old
+        if peak > self.max_open:
+            raise InputError(
+                f"windows: {self.max_open} windows are open at once (max_open); expected "
+                "CTIs often enough to close them (raise max_open, or generate CTIs with "
+                "advance_time)")
+        self.peak = max(self.peak, peak)
+
+    @property
+    def open(self) -> int:
+        return len(self.end)
+
+
+def _ranks(names: Sequence[str]) -> np.ndarray:
+    """Each code's rank when the names are sorted (codepoint order, as Python's ``<``)."""
+    ranks = np.zeros(len(names), np.int64)
+    if len(names):
+        ranks[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+    return ranks
