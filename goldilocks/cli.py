@@ -187,6 +187,18 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                    help="draw event time against arrival, the CTI and late events "
                         "(.png, .svg, .pdf, …; needs the plot extra)")
     p.add_argument("--no-summary", action="store_true", help="do not print the summary table")
+    w = p.add_argument_group("windows", "one row per window closed by the policy's CTIs "
+                             "instead of the merged events (docs/replay.md)")
+    w.add_argument("--window", default=None, type=_duration, metavar="D",
+                   help="window size: tumbling windows of D (1m, 30s, PT5M, …)")
+    w.add_argument("--hop", default=None, type=_duration, metavar="D",
+                   help="hopping windows: one of size --window starting every D")
+    w.add_argument("--agg", action="append", default=None, metavar="KIND[:FIELD]",
+                   help="count, or sum|mean|min|max|count of a payload field, e.g. "
+                        "mean:temperature; repeat for several (default: count)")
+    w.add_argument("--key", default=None, metavar="source|FIELD",
+                   help="one window per key: 'source' (the input) or a payload field "
+                        "holding a string (default: one window for all)")
 
 
 def _rewrite_replay(argv: list[str]) -> list[str]:
@@ -211,6 +223,41 @@ def _rewrite_replay(argv: list[str]) -> list[str]:
     return out
 
 
+def _run_windows(args: argparse.Namespace, mode: str) -> int:
+    """``replay --window``: rows of windows instead of events (``goldilocks.windowed``)."""
+    from goldilocks.windowed import replay_windows
+    from operators.windows import hopping_spec, parse_fold
+
+    for flag, given in (("--plot", args.plot), ("--quarantine", args.quarantine),
+                        ("--speed", args.speed != "max")):
+        if given:
+            raise UsageError(flag, "is not available with --window")
+    try:
+        aggregates = [parse_fold(a) for a in args.agg or ["count"]]
+    except InputError as err:
+        raise UsageError("--agg", str(err)) from None
+    if args.hop is not None:
+        try:
+            hopping_spec(args.window, args.hop)
+        except InputError as err:
+            raise UsageError("--hop", str(err)) from None
+    out = sys.stdout.buffer if args.out in (None, "-") else args.out
+    stats = replay_windows(args.logs, window=args.window, hop=args.hop, aggregates=aggregates,
+                           key=args.key, delay=args.delay, policy=args.policy,
+                           on_late=args.on_late, out=out, late=args.late, bad_records=mode,
+                           time_unit=args.time_unit, time_format=args.time_format)
+    if not args.no_summary:
+        from engine.times import format_duration_ns
+        print(f"windows of {format_duration_ns(stats.size)}"
+              + (f" every {format_duration_ns(stats.hop)}" if stats.hop != stats.size else "")
+              + f" ({stats.path} path): {stats.windows} written, {stats.open} still open at "
+              f"the end, at most {stats.peak_open} open; {stats.records} records, "
+              f"{stats.inserts} inserts in windows, {stats.late} late "
+              f"({stats.policy}, delay {format_duration_ns(stats.delay)}); "
+              f"{stats.seconds:.2f}s", file=sys.stderr)
+    return 0
+
+
 def _run_replay(args: argparse.Namespace) -> int:
     from goldilocks.outputs import AtomicOutput, check_outputs
     from goldilocks.replay import replay, resolve
@@ -225,6 +272,11 @@ def _run_replay(args: argparse.Namespace) -> int:
         policy = resolve(args.policy, args.delay, args.on_late)
     except InputError as err:
         raise UsageError("delay" if args.delay is not None else "policy", str(err)) from None
+    if args.window is not None:
+        return _run_windows(args, mode)
+    for flag, given in (("--hop", args.hop), ("--agg", args.agg), ("--key", args.key)):
+        if given is not None:
+            raise UsageError(flag, "goes with --window D (the window size)")
     out = sys.stdout.buffer if args.out in (None, "-") else args.out
     check_outputs(args.logs, {"--out": out, "--late": args.late,
                               "--quarantine": args.quarantine, "--plot": args.plot})

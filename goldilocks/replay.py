@@ -73,6 +73,8 @@ __all__ = [
     "SystemClock",
     "VirtualClock",
     "resolve",
+    "check_time_options",
+    "columnar_ok",
     "COLUMNAR",
     "ELEMENT",
 ]
@@ -231,7 +233,19 @@ def _speed(speed: object) -> float | None:
     return factor
 
 
-def _columnar_ok(pol: Policy) -> bool:
+def check_time_options(time_unit: str | None, time_format: str) -> None:
+    """``time_unit`` and ``time_format`` as replay takes them, or a ``UsageError``."""
+    if time_format not in TIME_FORMATS:
+        raise UsageError("time_format", f"{time_format!r}; expected one of "
+                         f"{', '.join(TIME_FORMATS)}")
+    try:
+        time_scale(time_unit)
+    except InputError as err:
+        raise UsageError("time_unit", str(err)) from None
+
+
+def columnar_ok(pol: Policy) -> bool:
+    """Whether ``pol`` has a columnar form (``run_columns`` that does not return ``None``)."""
     run = getattr(pol, "run_columns", None)
     if run is None:
         return False
@@ -304,13 +318,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
         raise InputError("replay: no event logs given; expected at least one path")
     pol = resolve(policy, delay, on_late)
     factor = _speed(speed)
-    if time_format not in TIME_FORMATS:
-        raise UsageError("time_format", f"{time_format!r}; expected one of "
-                         f"{', '.join(TIME_FORMATS)}")
-    try:
-        time_scale(time_unit)
-    except InputError as err:
-        raise UsageError("time_unit", str(err)) from None
+    check_time_options(time_unit, time_format)
     if bad_records not in BAD_RECORD_MODES:
         raise UsageError("bad_records", f"{bad_records!r}; expected one of "
                          f"{', '.join(BAD_RECORD_MODES)}")
@@ -318,7 +326,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
         raise UsageError("quarantine", "a quarantine file goes with bad_records='quarantine' "
                          f"(got bad_records={bad_records!r}, quarantine={quarantine!r})")
     streaming_out = out is not None and not is_path(out)
-    can_columns = _columnar_ok(pol)
+    can_columns = columnar_ok(pol)
     if columnar is None:
         columnar = can_columns and factor is None and not streaming_out
     elif columnar and not can_columns:

@@ -1,0 +1,342 @@
+"""Windowed replay: a recorded log through a policy, then windows closed by its CTIs, one row
+per window — ``goldilocks replay LOG --window 1m --agg mean:temperature [--key source]``.
+
+The policy runs over the merged arrival order exactly as in ``goldilocks.replay``; its output
+(inserts, adjusted ones clipped, and the CTIs it emits) goes through the windows of
+``operators.windows``, and each window is written when the policy's CTI passes its end
+(TS §6.1). Two paths give the same rows byte for byte (``tests/replay/test_windowed.py``):
+
+- the **element path**: ``policy.step`` then ``Windows.step`` per record;
+- the **columnar path**: ``policy.run_columns`` then ``WindowColumns.run`` per merged chunk,
+  the open windows carried from chunk to chunk. Chosen when the policy has a columnar form
+  and every aggregate is a built-in one (as for replay: automatically, unless forced).
+
+Row format (``docs/replay.md``): one JSON object per line, keys in this order — ``start``,
+``end`` (the window, ns or RFC 3339 as ``--time-format``), ``key`` (keyed windows only),
+``count`` (inserts in the window), then each aggregate by its label (``mean_celsius``: a
+float, ``null`` when no insert of the window had the field; ``count_FIELD``: an int). Rows
+come in the order windows close: by end, then key. Windows still open when the log ends (no
+CTI passed their end) are not written; ``WindowReplayStats.open`` counts them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Iterable, Sequence
+
+import numpy as np
+import orjson
+
+from engine.errors import InputError
+from engine.event import CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
+from engine.policy import CTI_EMIT, EMIT, EMIT_ADJUSTED, Policy
+from eventlog import (CTI, INSERT, JOIN, BadRecords, Columns, SourceTable, encode_late,
+                      iso_time, merge_columns)
+from goldilocks.ahead import ahead
+from goldilocks.outputs import check_outputs, open_sinks
+from goldilocks.replay import COLUMNAR, ELEMENT, columnar_ok, check_time_options, resolve
+from operators.window_columns import WindowColumns
+from operators.windows import (Fold, WindowResult, Windows, WindowSpec, hopping_spec, number,
+                               parse_fold, tumbling_spec)
+
+__all__ = ["replay_windows", "WindowReplayStats", "window_row"]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowReplayStats:
+    """What a windowed replay did: ``records`` read, ``inserts`` folded into windows,
+    ``late`` (the policy's late inserts; ``window_late``: inserts that found their window
+    closed — none when the windows follow the policy's own CTIs), ``windows`` rows written,
+    ``open`` windows left open at the end, ``peak_open`` the most open at once, ``final_cti``
+    the policy's last CTI, and ``path`` (``"columnar"`` or ``"element"``)."""
+
+    path: str
+    policy: str
+    delay: int
+    size: int
+    hop: int
+    key: str | None
+    aggregates: tuple[str, ...]
+    records: int
+    inserts: int
+    late: int
+    window_late: int
+    windows: int
+    open: int
+    peak_open: int
+    final_cti: int | None
+    seconds: float
+
+    @property
+    def events_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else float("inf")
+
+
+def window_row(start: int, end: int, key: str | None, count: int,
+               values: Sequence[tuple[str, Any]], keyed: bool, iso: bool) -> bytes:
+    """One output row (the format in the module docstring), newline included."""
+    row = b'{"start":%b,"end":%b' % ((iso_time(start), iso_time(end)) if iso
+                                     else (b"%d" % start, b"%d" % end))
+    if keyed:
+        row += b',"key":%b' % orjson.dumps(key)
+    row += b',"count":%d' % count
+    for label, value in values:
+        if label != "count":  # the plain count is the window's own count, written above
+            row += b',%b:%b' % (orjson.dumps(label), orjson.dumps(value))
+    return row + b"}\n"
+
+
+class _Keys:
+    """The window key of each insert row: its input (``source``) or a payload field (a
+    string, or the row is refused naming its file and line)."""
+
+    def __init__(self, key: str | None, paths: Sequence[str], table: SourceTable) -> None:
+        self.key = key
+        self.paths = paths
+        self.table = table
+        self.found = SourceTable()  # the keys met so far, by code
+        self.names = self.found.names
+
+    def codes_of(self, chunk: Columns) -> np.ndarray:
+        """int32 codes into ``names`` per row (-1 for CTIs, and for every row unkeyed)."""
+        if self.key is None:
+            return np.full(len(chunk), -1, np.int32)
+        is_insert = chunk.kind == INSERT
+        out = np.full(len(chunk), -1, np.int32)
+        names = self.table.names
+        if self.key == "source":
+            rows = np.flatnonzero(is_insert)
+            for r, s in zip(rows.tolist(), chunk.source[rows].tolist()):
+                out[r] = self.found.add(names[s])
+            return out
+        payload = chunk.payload
+        for r in np.flatnonzero(is_insert).tolist():
+            p = payload[r]
+            k = p.get(self.key) if p.__class__ is dict else None
+            if not isinstance(k, str):
+                raise InputError(
+                    f"{self.paths[int(chunk.file[r])]}:{int(chunk.line[r])}: field 'payload': "
+                    f"the window key {self.key!r} is {'missing' if k is None else repr(k)}; "
+                    "expected a string")
+            out[r] = self.found.add(k)
+        return out
+
+
+def _values(folds: Sequence[Fold], chunk: Columns) -> list[np.ndarray]:
+    """Each fold's value per row (float64, NaN where none), read by ``number`` as the element
+    path reads them."""
+    out = []
+    payload = None
+    for f in folds:
+        if f.field is None:
+            out.append(np.zeros(len(chunk), np.float64))
+            continue
+        if payload is None:
+            payload = list(chunk.payload)
+        field = f.field
+        out.append(np.array([v if (v := number(p, field)).__class__ is float else np.nan
+                             for p in payload], np.float64))
+    return out
+
+
+def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
+                   aggregates: Sequence[str | Fold] = ("count",), hop: object = None,
+                   key: str | None = None, delay: object = None,
+                   policy: str | Policy = "goldilocks", on_late: str = "drop",
+                   out: str | os.PathLike | BinaryIO | None = None,
+                   late: str | os.PathLike | BinaryIO | None = None,
+                   bad_records: str = "fail", time_unit: str | None = None,
+                   time_format: str = "ns", columnar: bool | None = None,
+                   max_open: int = 100_000) -> WindowReplayStats:
+    """Replay logs through ``policy`` and write one row per window closed by its CTIs.
+
+    ``window``: the window size (``"1m"``, int ns); ``hop``: hopping windows, one every
+    ``hop`` (``None``: tumbling). ``aggregates``: ``"count"``, ``"mean:FIELD"``, … or user
+    ``Fold`` objects (those run on the element path). ``key``: ``None`` (fleet-wide),
+    ``"source"`` (per input) or a payload field holding a string. ``out``: rows; ``late``:
+    the policy's late records. Other options as ``goldilocks.replay.replay``. Memory: one
+    chunk per file plus the open windows (at most ``max_open``).
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "a.jsonl").write_text(
+    ...     '{"source":"A","kind":"insert","start":5,"payload":{"t":1}}\\n'
+    ...     '{"source":"A","kind":"insert","start":7,"payload":{"t":2}}\\n'
+    ...     '{"source":"A","kind":"cti","start":12}\\n')
+    >>> s = replay_windows([d / "a.jsonl"], window=10, aggregates=["mean:t"], delay=0,
+    ...                    out=d / "w.jsonl")
+    >>> (d / "w.jsonl").read_text()
+    '{"start":0,"end":10,"count":2,"mean_t":1.5}\\n'
+    """
+    began = time.perf_counter()
+    path_list = [os.fspath(p) for p in paths]
+    if not path_list:
+        raise InputError("replay: no event logs given; expected at least one path")
+    pol = resolve(policy, delay, on_late)
+    spec = (tumbling_spec(window) if hop is None else hopping_spec(window, hop))
+    folds = tuple(parse_fold(a) for a in aggregates)
+    Windows(spec, folds, max_open=max_open)  # the aggregates' checks, before any work
+    check_time_options(time_unit, time_format)
+    can_columns = columnar_ok(pol) and all(f.kind is not None for f in folds)
+    if columnar is None:
+        columnar = can_columns
+    elif columnar and not can_columns:
+        raise InputError("windows: the columnar path needs a policy with a columnar form and "
+                         "built-in aggregates; use the element path")
+    check_outputs(path_list, {"out": out, "late": late})
+    for p in path_list:
+        if not os.path.exists(p):
+            raise InputError(f"{p}: no such file")
+    out_sink, late_sink = open_sinks({"out": out, "late": late})
+    table = SourceTable()
+    keys = _Keys(key, path_list, table)
+    bad = BadRecords(bad_records, None)
+    iso = time_format == "iso"
+    run = _run_columns if columnar else _run_elements
+    chunks = None
+    ok = False
+    try:
+        chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit))
+        counts = run(pol, spec, folds, key is not None, max_open, chunks, table, keys,
+                     out_sink, late_sink, iso, time_format)
+        ok = True
+    finally:
+        if chunks is not None:
+            chunks.close()
+        failed: OSError | None = None
+        for sink in (out_sink, late_sink):
+            try:
+                sink.close(ok and failed is None)
+            except OSError as err:
+                failed = failed or err
+        if failed is not None:
+            raise failed
+    records, inserts, n_late, window_late, windows, open_, peak, final = counts
+    return WindowReplayStats(COLUMNAR if columnar else ELEMENT, pol.name, pol.delay,
+                             spec.size, spec.hop, key, tuple(f.label for f in folds), records,
+                             inserts, n_late, window_late, windows, open_, peak, final,
+                             time.perf_counter() - began)
+
+
+def _key_function(key: str | None) -> Any:
+    """The element path's key of an emitted insert: its input, or its payload field."""
+    if key is None or key == "source":
+        return key
+
+    def field(event: Event) -> Any:
+        return event.payload[key]
+    return field
+
+
+def _late_lines(chunk: Columns, rows: np.ndarray, cti: np.ndarray, action: np.ndarray,
+                names: list[str], time_format: str) -> bytes:
+    """The policy's late records of ``rows`` (few: late inserts), as the element path
+    writes them."""
+    lines = []
+    for r in rows.tolist():
+        s = int(chunk.source[r])
+        name = names[s] if s >= 0 else None
+        ev = Event(INTERVAL if chunk.has_end[r] else POINT, int(chunk.start[r]),
+                   int(chunk.end[r]), chunk.payload[r], name)
+        c = int(cti[r])
+        adjusted = (Event(ev.kind, c, ev.end, ev.payload, name)
+                    if action[r] == EMIT_ADJUSTED else None)
+        lines.append(encode_late(LateRecord(name, ev, c, "adjusted" if adjusted else "dropped",
+                                            adjusted), time_format))
+    return b"".join(lines)
+
+
+def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
+                 max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
+                 out: Any, late_out: Any, iso: bool, time_format: str) -> tuple:
+    kernel = WindowColumns(spec, folds, keyed, max_open=max_open)
+    run = pol.run_columns  # type: ignore[attr-defined]
+    state = None
+    records = n_late = 0
+    final = None
+    for chunk in chunks:
+        records += len(chunk)
+        timed = chunk.kind <= CTI
+        c = chunk if timed.all() else chunk.take(np.flatnonzero(timed))
+        is_cti = c.kind == CTI
+        action, cti, state = run(is_cti, c.start, c.end, state)
+        action = np.asarray(action, np.int8)
+        cti = np.asarray(cti, np.int64)
+        late_rows = np.flatnonzero(~is_cti & (action != EMIT))
+        n_late += len(late_rows)
+        if late_out.file is not None and len(late_rows):
+            late_out.write(_late_lines(c, late_rows, cti, action, table.names, time_format))
+        keep = np.flatnonzero((action == EMIT) | (action == EMIT_ADJUSTED) |
+                              (action == CTI_EMIT))
+        emitted_cti = action[keep] == CTI_EMIT
+        start = np.where(action[keep] == EMIT, c.start[keep], cti[keep])
+        if emitted_cti.any():
+            final = int(start[emitted_cti][-1])
+        e = c.take(keep) if len(keep) != len(c) else c
+        closed = kernel.run(emitted_cti, start, keys.codes_of(e), _values(folds, e),
+                            keys.names)
+        out.write(_rows(closed.end.tolist(), closed.key.tolist(), closed.count.tolist(),
+                        [(v.tolist(), has.tolist()) for v, has in closed.values], folds,
+                        spec.size, keyed, keys.names, iso))
+    return (records, kernel.inserts, n_late, kernel.late, kernel.emitted, kernel.open,
+            kernel.peak, final)
+
+
+def _rows(ends: list, codes: list, counts: list, values: list, folds: Sequence[Fold],
+          size: int, keyed: bool, names: list[str], iso: bool) -> bytes:
+    labels = [f.label for f in folds]
+    ints = [f.kind == "count" for f in folds]
+    lines = []
+    for i, end in enumerate(ends):
+        vals = [(label, (int(v[i]) if is_int else v[i]) if has[i] else None)
+                for label, is_int, (v, has) in zip(labels, ints, values)]
+        lines.append(window_row(end - size, end, names[codes[i]] if keyed else None,
+                                counts[i], vals, keyed, iso))
+    return b"".join(lines)
+
+
+def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
+                  max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
+                  out: Any, late_out: Any, iso: bool, time_format: str) -> tuple:
+    windows = Windows(spec, folds, key=_key_function(keys.key), max_open=max_open)
+    step, join, leave = pol.step, pol.join, pol.leave
+    state = pol.initial()
+    names = table.names
+    records = n_late = 0
+    final = None
+    late_on = late_out.file is not None
+    for chunk in chunks:
+        keys.codes_of(chunk)  # a row without its key is refused here, naming file and line
+        buf: list[bytes] = []
+        lbuf: list[bytes] = []
+        for k, s, st, en, he, pl in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                         chunk.start.tolist(), chunk.end.tolist(),
+                                         chunk.has_end.tolist(), chunk.payload):
+            records += 1
+            name = names[s] if s >= 0 else None
+            if k == INSERT:
+                state, outs = step(state, Event(INTERVAL if he else POINT, st, en, pl, name))
+            elif k == CTI:
+                state, outs = step(state, Event(CTI_KIND, st, None, None, name))
+            else:
+                state, outs = (join if k == JOIN else leave)(state, names[s])
+            for o in outs:
+                if isinstance(o, LateRecord):
+                    n_late += 1
+                    if late_on:
+                        lbuf.append(encode_late(o, time_format))
+                    continue
+                if o.kind == CTI_KIND:
+                    final = o.start
+                for r in windows.step(o):
+                    if r.__class__ is Event and r.kind != CTI_KIND:
+                        res: WindowResult = r.payload
+                        buf.append(window_row(res.start, res.end, res.key, res.count,
+                                              list(res.values.items()), keyed, iso))
+        out.write(b"".join(buf))
+        if lbuf:
+            late_out.write(b"".join(lbuf))
+    st_ = windows.stats()
+    return (records, st_.inserts, n_late, st_.late, st_.emitted, st_.open, st_.peak_open, final)

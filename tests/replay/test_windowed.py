@@ -1,0 +1,185 @@
+"""``goldilocks replay --window``: one row per window, the same bytes on both paths, the rows
+those of the engine's window operator over the policy's output, and the command line."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import Event
+from engine.event import CTI
+from eventlog import read_records, write_log
+from goldilocks.cli import main
+from goldilocks.replay import replay
+from goldilocks.windowed import replay_windows
+from operators.windows import WindowSpec, Windows, parse_fold
+from tests.reference import REFERENCE_FOLDS, reference_windows
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = ROOT / "examples" / "data" / "fleet.jsonl"
+AGGS = [k if f is None else f"{k}:{f}" for k, f in REFERENCE_FOLDS]
+
+_payload = st.one_of(st.none(), st.text(max_size=2),
+                     st.fixed_dictionaries({}, optional={
+                         "x": st.one_of(st.integers(-5, 5), st.floats(-50, 50, allow_nan=False,
+                                                                      allow_infinity=False)),
+                         "k": st.sampled_from(["p", "q"])}))
+_record = st.one_of(
+    st.builds(lambda s, t, d, p: {"source": s, "kind": "insert", "start": t,
+                                  **({"end": t + d} if d else {}),
+                                  **({"payload": p} if p is not None else {})},
+              st.sampled_from(["A", "B", "C"]), st.integers(0, 60), st.integers(0, 20),
+              _payload),
+    st.builds(lambda s, t: {"source": s, "kind": "cti", "start": t},
+              st.sampled_from(["A", "B", "C", None]), st.integers(0, 80)),
+    st.builds(lambda s: {"source": s, "kind": "leave"}, st.sampled_from(["A", "B"])),
+)
+
+
+def _write(path: Path, records) -> None:
+    write_log(path, [{k: v for k, v in r.items() if v is not None or k != "source"}
+                     for r in records])
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(_record, max_size=40), delay=st.integers(0, 30),
+       on_late=st.sampled_from(["drop", "adjust"]), size=st.integers(1, 20),
+       hops=st.integers(1, 3), keyed=st.booleans(), iso=st.booleans())
+def test_columnar_and_element_paths_write_identical_rows(tmp_path_factory, records, delay,
+                                                         on_late, size, hops, keyed, iso):
+    d = tmp_path_factory.mktemp("win")
+    log = d / "log.jsonl"
+    _write(log, records)
+    hop = max(size // hops, 1)
+    kw = dict(window=size, hop=hop, aggregates=AGGS, delay=delay, on_late=on_late,
+              key="source" if keyed else None, time_format="iso" if iso else "ns")
+    a = replay_windows([log], out=d / "col", late=d / "col.late", columnar=True, **kw)
+    b = replay_windows([log], out=d / "el", late=d / "el.late", columnar=False, **kw)
+    assert (a.path, b.path) == ("columnar", "element")
+    assert (d / "col").read_bytes() == (d / "el").read_bytes()
+    assert (d / "col.late").read_bytes() == (d / "el.late").read_bytes()
+    for f in ("records", "inserts", "late", "window_late", "windows", "open", "peak_open",
+              "final_cti"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert a.window_late == 0  # windows that follow the policy's CTIs see no late insert
+    # the late file is replay's own, and the rows are the reference's windows over the
+    # policy's output (TS §6.1)
+    plain = io.BytesIO()
+    late = io.BytesIO()
+    replay([log], delay=delay, on_late=on_late, out=plain, late=late,
+           time_format="iso" if iso else "ns")
+    assert (d / "el.late").read_bytes() == late.getvalue()
+    merged = [Event.cti(r["start"]) if r["kind"] == "cti" else
+              Event(("interval" if "end" in r else "point"), r["start"],
+                    r.get("end", r["start"] + 1), r.get("payload"), r["source"])
+              for r in read_records_bytes(plain.getvalue(), d)]
+    want, _ = reference_windows(merged, size, hop, REFERENCE_FOLDS, keyed=keyed)
+    rows = [orjson.loads(line) for line in (d / "el").read_bytes().splitlines()]
+    expect = [{"start": e.payload[0], "end": e.payload[1],
+               **({"key": e.payload[2]} if keyed else {}), "count": e.payload[3],
+               **{k: v for k, v in e.payload[4].items() if k != "count"}}
+              for e in want if e.kind != CTI]
+    if iso:
+        from engine.times import to_ns
+        rows = [{**r, "start": to_ns(r["start"]), "end": to_ns(r["end"])} for r in rows]
+    assert rows == expect
+    assert a.windows == len(rows)
+
+
+def read_records_bytes(data: bytes, d: Path):
+    path = d / "merged.jsonl"
+    path.write_bytes(data)
+    return list(read_records([path]))
+
+
+def test_the_bundled_fleet_by_device_both_ways_and_by_payload_key(tmp_path):
+    for key in (None, "source"):
+        outs = []
+        for columnar in (True, False):
+            out = tmp_path / f"{key}{columnar}.jsonl"
+            s = replay_windows([FLEET], window="1m", aggregates=["mean:celsius", "max:celsius"],
+                               key=key, out=out, columnar=columnar)
+            outs.append(out.read_bytes())
+        assert outs[0] == outs[1] and s.windows == len(outs[0].splitlines()) > 30
+    rows = [orjson.loads(x) for x in outs[0].splitlines()]
+    assert {r["key"] for r in rows} == {"thermo-1", "thermo-2", "thermo-3", "door-4"}
+    assert all(r["mean_celsius"] is None for r in rows if r["key"] == "door-4")
+    ends = [(r["end"], r["key"]) for r in rows]
+    assert ends == sorted(ends)  # rows in the order windows close
+
+
+def test_user_folds_run_the_element_path(tmp_path):
+    from operators.windows import fold
+
+    longest = fold("longest", 0, lambda acc, e: max(acc, e.end - e.start), value=lambda e: e)
+    s = replay_windows([FLEET], window="10m", aggregates=["count", longest], key="source",
+                       out=tmp_path / "w.jsonl")
+    assert s.path == "element"
+    rows = [orjson.loads(x) for x in (tmp_path / "w.jsonl").read_bytes().splitlines()]
+    assert max(r["longest"] for r in rows if r["key"] == "door-4") > 0
+
+
+def test_a_missing_payload_key_names_file_and_line(tmp_path):
+    log = tmp_path / "k.jsonl"
+    _write(log, [{"source": "A", "kind": "insert", "start": 1, "payload": {"k": "p"}},
+                 {"source": "A", "kind": "insert", "start": 2, "payload": {"k": 3}}])
+    for columnar in (True, False):
+        with pytest.raises(Exception, match=r"k\.jsonl:2: field 'payload': the window key 'k' "
+                                            r"is 3; expected a string"):
+            replay_windows([log], window=10, key="k", out=tmp_path / "o", columnar=columnar)
+        assert not (tmp_path / "o").exists()  # TS §5.5: no partial output
+
+
+def test_cli_window_rows_and_usage_errors(tmp_path, capsys):
+    out = tmp_path / "w.jsonl"
+    assert main(["replay", str(FLEET), "--window", "1m", "--agg", "mean:celsius", "--key",
+                 "source", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "windows of 1m (columnar path): 120 written" in err
+    first = orjson.loads(out.read_bytes().splitlines()[0])
+    assert list(first) == ["start", "end", "key", "count", "mean_celsius"]
+    for argv, message in [
+        (["--window", "1m", "--agg", "median:celsius"], "argument --agg: aggregate"),
+        (["--agg", "mean:celsius"], "argument --agg: goes with --window"),
+        (["--window", "1m", "--hop", "2m"], "argument --hop: windows: hop"),
+        (["--window", "1m", "--plot", "x.png"], "argument --plot: is not available"),
+        (["--window", "soon"], "argument --window"),
+    ]:
+        assert main(["replay", str(FLEET), *argv]) == 2, argv
+        assert message in capsys.readouterr().err
+
+
+def test_cli_window_rows_to_stdout_as_a_subprocess():
+    result = subprocess.run([sys.executable, "-m", "goldilocks", "replay", str(FLEET),
+                             "--window", "5m", "--agg", "mean:celsius", "--no-summary"],
+                            capture_output=True, text=True, check=True, cwd=ROOT)
+    rows = [orjson.loads(x) for x in result.stdout.splitlines()]
+    assert len(rows) == 7 and all(set(r) == {"start", "end", "count", "mean_celsius"}
+                                  for r in rows)
+
+
+def test_the_window_operator_gives_the_replay_rows(tmp_path):
+    """The engine's operator over the policy's output, element by element, gives the rows
+    ``replay --window`` writes (the same definition, run two ways)."""
+    out = tmp_path / "w.jsonl"
+    replay_windows([FLEET], window="1m", aggregates=["mean:celsius"], out=out)
+    plain = io.BytesIO()
+    replay([FLEET], out=plain)
+    w = Windows(WindowSpec(60 * 10**9, 60 * 10**9), (parse_fold("mean:celsius"),))
+    rows = []
+    for r in read_records_bytes(plain.getvalue(), tmp_path):
+        e = (Event.cti(r["start"]) if r["kind"] == "cti"
+             else Event("point", r["start"], r["start"] + 1, r.get("payload"), r["source"]))
+        for o in w.step(e):
+            if o.kind != CTI:
+                p = o.payload
+                rows.append({"start": p.start, "end": p.end, "count": p.count, **p.values})
+    assert rows == [orjson.loads(x) for x in out.read_bytes().splitlines()]
