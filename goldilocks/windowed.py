@@ -38,7 +38,7 @@ from goldilocks.ahead import ahead
 from goldilocks.outputs import check_outputs, open_sinks
 from goldilocks.replay import COLUMNAR, ELEMENT, columnar_ok, check_time_options, resolve
 from operators.window_columns import WindowColumns
-from operators.windows import (Fold, WindowResult, Windows, WindowSpec, hopping_spec, number,
+from operators.windows import (Fold, WindowResult, Windows, WindowSpec, hopping_spec,
                                parse_fold, tumbling_spec)
 
 __all__ = ["replay_windows", "WindowReplayStats", "window_row"]
@@ -106,12 +106,13 @@ class _Keys:
         is_insert = chunk.kind == INSERT
         out = np.full(len(chunk), -1, np.int32)
         names = self.table.names
-        if self.key == "source":
-            rows = np.flatnonzero(is_insert)
-            for r, s in zip(rows.tolist(), chunk.source[rows].tolist()):
-                out[r] = self.found.add(names[s])
-            return out
-        payload = chunk.payload
+        if self.key == "source":  # a table from the chunk's few source codes to key codes
+            source = chunk.source
+            lut = np.full(len(names) + 1, -1, np.int32)
+            for code in np.unique(source[is_insert]).tolist():
+                lut[code + 1] = self.found.add(names[code])
+            return np.where(is_insert, lut[source + 1], -1).astype(np.int32)
+        payload = list(chunk.payload)
         for r in np.flatnonzero(is_insert).tolist():
             p = payload[r]
             k = p.get(self.key) if p.__class__ is dict else None
@@ -125,20 +126,29 @@ class _Keys:
 
 
 def _values(folds: Sequence[Fold], chunk: Columns) -> list[np.ndarray]:
-    """Each fold's value per row (float64, NaN where none), read by ``number`` as the element
-    path reads them."""
+    """Each fold's value per row (float64, NaN where none): what ``number`` reads, a field
+    at a time — an int or float taken as its float (``-0.0`` as ``0.0``), anything else
+    none (``tests/operators/test_windows.py`` holds the two equal)."""
     out = []
     payload = None
+    by_field: dict[str, np.ndarray] = {}
     for f in folds:
         if f.field is None:
             out.append(np.zeros(len(chunk), np.float64))
             continue
         if payload is None:
             payload = list(chunk.payload)
-        field = f.field
-        out.append(np.array([v if (v := number(p, field)).__class__ is float else np.nan
-                             for p in payload], np.float64))
+        column = by_field.get(f.field)
+        if column is None:
+            field = f.field
+            column = by_field[field] = np.array(
+                [v if (v := p.get(field) if p.__class__ is dict else None).__class__ in _NUMBERS
+                 else None for p in payload], np.float64) + 0.0  # None -> NaN; -0.0 -> 0.0
+        out.append(column)
     return out
+
+
+_NUMBERS = frozenset((int, float))
 
 
 def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
@@ -274,9 +284,8 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
         start = np.where(action[keep] == EMIT, c.start[keep], cti[keep])
         if emitted_cti.any():
             final = int(start[emitted_cti][-1])
-        e = c.take(keep) if len(keep) != len(c) else c
-        closed = kernel.run(emitted_cti, start, keys.codes_of(e), _values(folds, e),
-                            keys.names)
+        closed = kernel.run(emitted_cti, start, keys.codes_of(c)[keep],
+                            [v[keep] for v in _values(folds, c)], keys.names)
         out.write(_rows(closed.end.tolist(), closed.key.tolist(), closed.count.tolist(),
                         [(v.tolist(), has.tolist()) for v, has in closed.values], folds,
                         spec.size, keyed, keys.names, iso))

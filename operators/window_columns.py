@@ -108,16 +108,14 @@ class WindowColumns:
         old = len(self.end)
         both_end = np.concatenate([self.end, a_end])
         both_key = np.concatenate([self.key, a_key])
-        pair = np.stack([both_end, both_key.astype(np.int64)], axis=1)
-        uniq, first, inverse = np.unique(pair, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        first, inverse = _unique_pairs(both_end, both_key, spec)
         order = np.argsort(first, kind="stable")  # slots: carried windows keep their places
         slot_of = np.empty(len(order), np.int64)
         slot_of[order] = np.arange(len(order))
         slots = slot_of[inverse[old:]]
         w = len(order)
-        end = uniq[order, 0]
-        wkey = uniq[order, 1].astype(np.int32)
+        end = both_end[first[order]]
+        wkey = both_key[first[order]]
         count = np.zeros(w, np.int64)
         count[:old] = self.count
         np.add.at(count, slots, 1)
@@ -193,6 +191,26 @@ class WindowColumns:
     @property
     def open(self) -> int:
         return len(self.end)
+
+
+def _unique_pairs(end: np.ndarray, key: np.ndarray, spec: WindowSpec,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``(end, key)`` pairs: each one's first index, and each row's pair number.
+
+    A pair is one int64 when it fits — ``(window number - smallest) * keys + key`` (ends are
+    ``offset + size + k * hop``) — and sorted as one column; otherwise as rows (slower)."""
+    if not len(end):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    k = (end - (spec.offset + spec.size)) // spec.hop
+    k -= k.min()
+    width = int(key.max()) + 2
+    if int(k.max()) < (2**62) // width:
+        _, first, inverse = np.unique(k * width + (key.astype(np.int64) + 1),
+                                      return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+    pair = np.stack([end, key.astype(np.int64)], axis=1)
+    _, first, inverse = np.unique(pair, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def _ranks(names: Sequence[str]) -> np.ndarray:

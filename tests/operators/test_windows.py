@@ -366,3 +366,21 @@ class TestTumblingProcessor(ProcessorVerification):
 
     def create_element(self, index):
         return Event.cti(index + 1)
+
+
+def test_columnar_kernel_over_the_whole_time_range_matches_the_element_path():
+    """Window numbers too far apart to pack into one int64 take the slower pairing."""
+    from engine.times import MAX_TIME, MIN_TIME
+
+    stream = [Event.point(MIN_TIME + 10, {"x": 1}, "A"), Event.point(MAX_TIME - 10, {"x": 2}, "B"),
+              Event.point(0, {"x": 3}, "A"), Event.cti(MAX_TIME - 5)]
+    windows = Windows(WindowSpec(3, 1), FOLDS, key="source")
+    want = [e.payload for e in run(windows, stream)[0] if e.kind != CTI]
+    kernel = WindowColumns(WindowSpec(3, 1), FOLDS, True)
+    closed = kernel.run(np.array([e.kind == CTI for e in stream]),
+                        np.array([e.start for e in stream], np.int64),
+                        np.array([0, 1, 0, -1], np.int32),
+                        [np.array([float(e.payload["x"]) if e.payload else np.nan
+                                   for e in stream])] * len(FOLDS), ["A", "B"])
+    assert closed.end.tolist() == [r.end for r in want]
+    assert closed.count.tolist() == [r.count for r in want] and len(want) == 9

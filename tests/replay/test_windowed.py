@@ -205,3 +205,30 @@ def test_fleet_windows_example_agrees_with_replay_and_keeps_device_time(tmp_path
     assert all(r.action == "window_closed" for r in late)
     seen = [(r.key, r.start) for r in devices]
     assert len(seen) == len(set(seen)) == stats.emitted  # each window once
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(st.one_of(
+    st.none(), st.integers(-2**70, 2**70), st.text(max_size=2), st.booleans(),
+    st.dictionaries(st.sampled_from(["v", "w"]), st.one_of(
+        st.none(), st.booleans(), st.integers(-2**70, 2**70), st.just(-0.0),
+        st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=1),
+        st.lists(st.integers(), max_size=1)), max_size=2)), max_size=30))
+def test_the_columnar_values_are_what_the_element_path_reads(payloads):
+    import numpy as np
+
+    from eventlog import Columns
+    from goldilocks.windowed import _values
+    from operators.windows import number
+
+    n = len(payloads)
+    chunk = Columns(np.zeros(n, np.int8), np.zeros(n, np.int32), np.zeros(n, np.int64),
+                    np.ones(n, np.int64), np.zeros(n, np.bool_), payloads,
+                    np.arange(n), np.zeros(n, np.int32), np.arange(n))
+    got = _values([parse_fold("mean:v"), parse_fold("max:v")], chunk)
+    for column in got:
+        want = [number(p, "v") for p in payloads]
+        assert [None if np.isnan(x) else x for x in column.tolist()] == \
+               [w if isinstance(w, float) else None for w in want]
+        assert [str(x) for x in column.tolist() if x == 0] == ["0.0"] * sum(
+            1 for w in want if isinstance(w, float) and w == 0)
