@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.bench_replay import cpu_seconds, load, make_log
 from goldilocks.replay import replay
@@ -29,7 +30,7 @@ from goldilocks.windowed import replay_windows
 __all__ = ["ROWS", "main"]
 
 #: label, windowed-replay options (``None``: plain replay), columnar
-ROWS = [
+ROWS: list[tuple[str, dict[str, Any] | None, bool]] = [
     ("plain replay, columnar path", None, True),
     ("window 1s, mean:v, columnar", dict(window="1s", aggregates=["mean:v"]), True),
     ("window 1s, mean:v, by device, columnar",
