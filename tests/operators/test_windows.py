@@ -4,17 +4,14 @@ operator in a pipeline and in the conformance kit."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import Event, collect, from_iterable, pipe, transform
+from engine import Event, collect, from_iterable, pipe
 from engine.errors import InputError
 from engine.event import CTI, LateRecord
-from engine.tck import ProcessorVerification, PublisherVerification
 from operators import cti_sync, goldilocks
 from operators.window_columns import WindowColumns
 from operators.windows import (WINDOW_CLOSED, WindowResult, Windows, WindowSpec, fold,
@@ -324,48 +321,6 @@ def test_late_inserts_reach_the_operators_late_output():
     assert out == [Event.cti(20)]
     (record,) = op.late.drain()
     assert record.action == WINDOW_CLOSED and record.input == "A"
-
-
-# -- conformance kit -----------------------------------------------------------------------
-
-class paired:
-    """``count`` elements whose windows come out one for one: a point at ``i`` then the CTI
-    ``i + 1`` that closes its window ``[i, i + 1)`` (result, then the CTI); an odd count
-    ends with a CTI alone (passed on as itself). Lazy and iterable again and again."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    def __iter__(self):
-        count = self.count
-        for i in itertools.islice(itertools.count(), count):
-            alone = i == count - 1 and i % 2 == 0
-            yield Event.point(i // 2) if i % 2 == 0 and not alone else Event.cti(i // 2 + 1)
-
-
-class TestTumblingStage(PublisherVerification):
-    def create_publisher(self, elements):
-        return pipe(from_iterable(paired(elements)), tumbling(1, prefetch=8))
-
-    def create_failed_publisher(self):
-        from engine import failed
-        return pipe(failed(RuntimeError("upstream failed on purpose")), tumbling(1))
-
-
-class TestTumblingProcessor(ProcessorVerification):
-    """``transform(tumbling(...))``: fed CTIs only, each passes through as itself."""
-
-    hot = True
-    max_upstream_lead = 16 + 8
-
-    def create_processor(self):
-        return transform(tumbling(1, prefetch=8), capacity=16)
-
-    def create_upstream(self, elements):
-        return from_iterable(paired(elements))
-
-    def create_element(self, index):
-        return Event.cti(index + 1)
 
 
 def test_columnar_kernel_over_the_whole_time_range_matches_the_element_path():
