@@ -199,6 +199,14 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
     w.add_argument("--key", default=None, metavar="source|FIELD",
                    help="one window per key: 'source' (the input) or a payload field "
                         "holding a string (default: one window for all)")
+    w.add_argument("--clock", default="merged", choices=("merged", "key"),
+                   help="merged (default): the policy's CTIs over all inputs close every "
+                        "window; key: with --key source, each input's own CTIs, through "
+                        "its own copy of the policy, close its windows")
+    w.add_argument("--idle-after", default=None, type=_duration, metavar="D",
+                   help="with --clock key: evict an input whose time falls more than D "
+                        "behind the most advanced input's clock (its open windows are "
+                        "written then)")
 
 
 def _rewrite_replay(argv: list[str]) -> list[str]:
@@ -245,11 +253,13 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
     stats = replay_windows(args.logs, window=args.window, hop=args.hop, aggregates=aggregates,
                            key=args.key, delay=args.delay, policy=args.policy,
                            on_late=args.on_late, out=out, late=args.late, bad_records=mode,
-                           time_unit=args.time_unit, time_format=args.time_format)
+                           time_unit=args.time_unit, time_format=args.time_format,
+                           clock=args.clock, idle_after=args.idle_after)
     if not args.no_summary:
         from engine.times import format_duration_ns
         print(f"windows of {format_duration_ns(stats.size)}"
               + (f" every {format_duration_ns(stats.hop)}" if stats.hop != stats.size else "")
+              + (" by each input's clock" if args.clock == "key" else "")
               + f" ({stats.path} path): {stats.windows} written, {stats.open} still open at "
               f"the end, at most {stats.peak_open} open; {stats.records} records, "
               f"{stats.inserts} inserts in windows, {stats.late} late "
@@ -274,7 +284,9 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError("delay" if args.delay is not None else "policy", str(err)) from None
     if args.window is not None:
         return _run_windows(args, mode)
-    for flag, given in (("--hop", args.hop), ("--agg", args.agg), ("--key", args.key)):
+    for flag, given in (("--hop", args.hop), ("--agg", args.agg), ("--key", args.key),
+                        ("--idle-after", args.idle_after),
+                        ("--clock", None if args.clock == "merged" else args.clock)):
         if given is not None:
             raise UsageError(flag, "goes with --window D (the window size)")
     out = sys.stdout.buffer if args.out in (None, "-") else args.out

@@ -24,12 +24,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, BinaryIO, Iterable, Sequence
 
 import numpy as np
 import orjson
 
-from engine.errors import InputError
+from engine.errors import InputError, UsageError
 from engine.event import CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
 from engine.policy import CTI_EMIT, EMIT, EMIT_ADJUSTED, Policy
 from eventlog import (CTI, INSERT, JOIN, BadRecords, Columns, SourceTable, encode_late,
@@ -41,7 +42,10 @@ from operators.window_columns import WindowColumns
 from operators.windows import (Fold, WindowResult, Windows, WindowSpec, hopping_spec,
                                parse_fold, tumbling_spec)
 
-__all__ = ["replay_windows", "WindowReplayStats", "window_row"]
+__all__ = ["replay_windows", "WindowReplayStats", "window_row", "CLOCKS"]
+
+#: what closes the windows: the policy over the merged stream, or each input's own clock
+CLOCKS = ("merged", "key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,15 +163,21 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
                    late: str | os.PathLike | BinaryIO | None = None,
                    bad_records: str = "fail", time_unit: str | None = None,
                    time_format: str = "ns", columnar: bool | None = None,
-                   max_open: int = 100_000) -> WindowReplayStats:
+                   max_open: int = 100_000, clock: str = "merged",
+                   idle_after: object = None) -> WindowReplayStats:
     """Replay logs through ``policy`` and write one row per window closed by its CTIs.
 
     ``window``: the window size (``"1m"``, int ns); ``hop``: hopping windows, one every
     ``hop`` (``None``: tumbling). ``aggregates``: ``"count"``, ``"mean:FIELD"``, … or user
     ``Fold`` objects (those run on the element path). ``key``: ``None`` (fleet-wide),
     ``"source"`` (per input) or a payload field holding a string. ``out``: rows; ``late``:
-    the policy's late records. Other options as ``goldilocks.replay.replay``. Memory: one
-    chunk per file plus the open windows (at most ``max_open``).
+    the policy's late records. ``clock``: ``"merged"`` (the policy's CTIs over the merged
+    stream close every window) or ``"key"`` (per-key clocks, TS §6.3: each input's own CTIs
+    through its own copy of the policy close its windows; needs ``key="source"``, runs on
+    the element path, and ``late`` gets the inserts that found their window closed;
+    ``idle_after`` evicts idle inputs, TS §6.4). Other options as
+    ``goldilocks.replay.replay``. Memory: one chunk per file plus the open windows (at most
+    ``max_open``).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -189,12 +199,21 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     folds = tuple(parse_fold(a) for a in aggregates)
     Windows(spec, folds, max_open=max_open)  # the aggregates' checks, before any work
     check_time_options(time_unit, time_format)
-    can_columns = columnar_ok(pol) and all(f.kind is not None for f in folds)
+    if clock not in CLOCKS:
+        raise UsageError("clock", f"{clock!r}; expected one of {', '.join(CLOCKS)}")
+    per_key = clock == "key"
+    if per_key and key != "source":
+        raise UsageError("clock", "per-key clocks need key='source' (--key source): a CTI "
+                         "names its input, never a payload field")
+    if idle_after is not None and not per_key:
+        raise UsageError("idle_after", "goes with per-key clocks (clock='key')")
+    can_columns = (columnar_ok(pol) and all(f.kind is not None for f in folds)
+                   and not per_key)
     if columnar is None:
         columnar = can_columns
     elif columnar and not can_columns:
-        raise InputError("windows: the columnar path needs a policy with a columnar form and "
-                         "built-in aggregates; use the element path")
+        raise InputError("windows: the columnar path needs a policy with a columnar form, "
+                         "built-in aggregates and the merged clock; use the element path")
     check_outputs(path_list, {"out": out, "late": late})
     for p in path_list:
         if not os.path.exists(p):
@@ -204,7 +223,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     keys = _Keys(key, path_list, table)
     bad = BadRecords(bad_records, None)
     iso = time_format == "iso"
-    run = _run_columns if columnar else _run_elements
+    run = (_run_columns if columnar else
+           partial(_run_key_clocks, idle_after=idle_after) if per_key else _run_elements)
     chunks = None
     ok = False
     try:
@@ -304,6 +324,46 @@ def _rows(ends: list, codes: list, counts: list, values: list, folds: Sequence[F
         lines.append(window_row(end - size, end, names[codes[i]] if keyed else None,
                                 counts[i], vals, keyed, iso))
     return b"".join(lines)
+
+
+def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
+                    max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
+                    out: Any, late_out: Any, iso: bool, time_format: str,
+                    idle_after: object = None) -> tuple:
+    """Per-key clocks (TS §6.3): the arrivals themselves go to ``Windows(clocks=policy)``,
+    each input's CTIs through its own copy of the policy; rows come out as each input's clock
+    closes them; late records are the inserts that found their window closed (TS §6.2)."""
+    windows = Windows(spec, folds, key="source", clocks=pol, idle_after=idle_after,
+                      max_open=max_open)
+    names = table.names
+    records = 0
+    late_on = late_out.file is not None
+    for chunk in chunks:
+        buf: list[bytes] = []
+        lbuf: list[bytes] = []
+        for k, s, st, en, he, pl in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                         chunk.start.tolist(), chunk.end.tolist(),
+                                         chunk.has_end.tolist(), chunk.payload):
+            records += 1
+            if k == INSERT:
+                event = Event(INTERVAL if he else POINT, st, en, pl, names[s])
+            elif k == CTI and s >= 0:
+                event = Event(CTI_KIND, st, None, None, names[s])
+            else:
+                continue  # joins, leaves and CTIs of no input move no input's clock
+            for r in windows.step(event):
+                if isinstance(r, LateRecord):
+                    if late_on:
+                        lbuf.append(encode_late(r, time_format))
+                else:
+                    res: WindowResult = r.payload
+                    buf.append(window_row(res.start, res.end, res.key, res.count,
+                                          list(res.values.items()), True, iso))
+        out.write(b"".join(buf))
+        if lbuf:
+            late_out.write(b"".join(lbuf))
+    st_ = windows.stats()
+    return (records, st_.inserts, 0, st_.late, st_.emitted, st_.open, st_.peak_open, None)
 
 
 def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,

@@ -232,3 +232,36 @@ def test_the_columnar_values_are_what_the_element_path_reads(payloads):
                [w if isinstance(w, float) else None for w in want]
         assert [str(x) for x in column.tolist() if x == 0] == ["0.0"] * sum(
             1 for w in want if isinstance(w, float) and w == 0)
+
+
+def test_per_key_clocks_replay_gives_the_operators_rows_and_late_records(tmp_path):
+    """``--clock key``: each device's own CTIs close its windows; the rows and late records
+    are those of ``tumbling(..., key="source", clocks=goldilocks)`` over the arrivals (the
+    example's per-device windows, before its devices close their time at +infinity)."""
+    from examples import fleet_windows as example
+
+    out, late = tmp_path / "w.jsonl", tmp_path / "late.jsonl"
+    s = replay_windows(example.DEVICES, window="1m", aggregates=["mean:celsius"],
+                       key="source", clock="key", delay="30s", out=out, late=late)
+    assert s.path == "element" and s.late == 0 and s.window_late > 0
+    rows = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    devices, stats, late_records = example.device_means(example.merged_events())
+    assert rows == [{"start": r.start, "end": r.end, "key": r.key, "count": r.count,
+                     **r.values} for r in devices[:len(rows)]]
+    assert len(devices) == len(rows) + s.open
+    lines = [orjson.loads(x) for x in late.read_bytes().splitlines()]
+    assert len(lines) == s.window_late == len(late_records) == stats.late
+    assert {x["action"] for x in lines} == {"window_closed"}
+
+
+def test_per_key_clocks_usage_errors(capsys):
+    for argv, message in [
+        (["--window", "1m", "--clock", "key"], "argument --clock: per-key clocks need"),
+        (["--window", "1m", "--idle-after", "5m"], "argument --idle-after: goes with"),
+        (["--clock", "key"], "argument --clock: goes with --window"),
+    ]:
+        assert main(["replay", str(FLEET), *argv]) == 2, argv
+        assert message in capsys.readouterr().err
+    assert main(["replay", str(FLEET), "--window", "1m", "--key", "source", "--clock", "key",
+                 "--idle-after", "10m", "--out", "-", "--no-summary"]) == 0
+    assert capsys.readouterr().out.count('"key":"thermo-1"') > 30
