@@ -362,3 +362,49 @@ def test_columnar_kernel_over_the_whole_time_range_matches_the_element_path():
                                    for e in stream])] * len(FOLDS), ["A", "B"])
     assert closed.end.tolist() == [r.end for r in want]
     assert closed.count.tolist() == [r.count for r in want] and len(want) == 9
+
+
+# -- behind a live union ------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(4))
+def test_windows_behind_a_union_fed_from_a_thread_pool(seed):
+    """Four devices at different speeds on a real pool, a union with its final CTI at +inf,
+    then tumbling windows per device: every emitted insert is in exactly one window, each
+    window comes out once, in (end, key) order between CTIs, and nothing is left open."""
+    import concurrent.futures
+    import random
+
+    from operators import Union
+
+    rng = random.Random(seed)
+    pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="windows-union")
+    try:
+        union = Union(goldilocks(40), final_cti=True, prefetch=8, max_buffered=32)
+        for d in range(4):
+            skew = rng.randint(-30, 30)
+            events = []
+            for i in range(rng.randint(50, 300)):
+                t = i * (d + 1) + skew + rng.randint(-20, 0)
+                events.append(Event.point(t, {"v": float(rng.randint(0, 9))}))
+                if i % 7 == 6:
+                    events.append(Event.cti(t))
+            union.add(from_iterable(events, executor=pool), name=f"dev-{d}")
+        union.close()
+        op = tumbling(25, "count", "sum:v", key="source")
+        out = collect(pipe(union, op), timeout=60)
+    finally:
+        pool.shutdown(wait=True)
+    results = [e.payload for e in out if e.kind != CTI]
+    assert sum(r.count for r in results) == union.stats().emitted
+    keys = [(r.key, r.start) for r in results]
+    assert len(keys) == len(set(keys))
+    run_since_cti: list = []
+    for e in out:
+        if e.kind == CTI:
+            assert all(r.end <= e.start for r in run_since_cti)
+            assert [(r.end, r.key) for r in run_since_cti] == \
+                   sorted((r.end, r.key) for r in run_since_cti)
+            run_since_cti = []
+        else:
+            run_since_cti.append(e.payload)
+    assert run_since_cti == [] and op.stats().open == 0 and op.stats().late == 0
