@@ -469,7 +469,8 @@ class Windows:
 
     # ------------------------------------------------------------------ per-key clocks
     def _new_group(self, key: Any) -> _Group:
-        group = self._groups[key] = _Group(self.clocks.initial(), self._floor)  # type: ignore[union-attr]
+        assert self.clocks is not None  # only per-key clocks have groups
+        group = self._groups[key] = _Group(self.clocks.initial(), self._floor)
         self._made += 1
         self._order[key] = self._made
         self._by_seen.add((_seen_key(group.seen), self._made, key))

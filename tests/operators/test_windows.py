@@ -176,7 +176,8 @@ def test_the_docstring_timeline():
         out.extend(w.step(e))
     assert [("late", o.event.start) if isinstance(o, LateRecord)
             else (o.payload.start, o.payload.count) if isinstance(o.payload, WindowResult)
-            else ("cti", o.start) for o in out] == [(0, 2), ("cti", 10), ("late", 4), (10, 2), ("cti", 25)]
+            else ("cti", o.start) for o in out] == \
+        [(0, 2), ("cti", 10), ("late", 4), (10, 2), ("cti", 25)]
     assert out[2].action == WINDOW_CLOSED and out[2].cti == 10
 
 
