@@ -115,7 +115,8 @@ def _one_line(text: str) -> str:
 _REPLAY_HELP = """\
 Replay recorded event logs (JSON Lines, CSV, Parquet; see docs/event-log.md) through a CTI
 policy, in recorded arrival order. Output events and CTIs go to --out (stdout by default) as a
-canonical event log; a per-input summary goes to stderr.
+canonical event log; a per-input summary goes to stderr. With --window, one row per window
+closed by the policy's CTIs instead.
 
 Outputs are safe: an --out, --late, --quarantine or --plot that is one of the input logs (by
 name, link or inode), or two outputs naming one file, are refused before anything is opened;
@@ -126,6 +127,7 @@ example:
   goldilocks replay examples/data/fleet.jsonl
   goldilocks replay examples/data/devices/*.jsonl --delay 2m --late late.jsonl --plot fleet.png
   goldilocks replay epoch-seconds.csv --time-unit s --time-format iso --out merged.jsonl
+  goldilocks replay examples/data/fleet.jsonl --window 1m --agg mean:celsius --key source
 """
 
 
