@@ -267,6 +267,10 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
               f"{stats.inserts} inserts in windows, {stats.late} late "
               f"({stats.policy}, delay {format_duration_ns(stats.delay)}); "
               f"{stats.seconds:.2f}s", file=sys.stderr)
+    for field in stats.missing_fields:  # a typo gives null values: say so, always
+        seen = ", ".join(stats.payload_fields) or "none"
+        print(f"goldilocks replay: warning: no insert has a number in the payload field "
+              f"{field!r} (--agg); payload fields seen: {seen}", file=sys.stderr)
     return 0
 
 

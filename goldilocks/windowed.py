@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, BinaryIO, Iterable, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 import orjson
@@ -54,7 +54,9 @@ class WindowReplayStats:
     ``late`` (the policy's late inserts; ``window_late``: inserts that found their window
     closed — none when the windows follow the policy's own CTIs), ``windows`` rows written,
     ``open`` windows left open at the end, ``peak_open`` the most open at once, ``final_cti``
-    the policy's last CTI, and ``path`` (``"columnar"`` or ``"element"``)."""
+    the policy's last CTI, ``missing_fields`` the aggregates' fields that no insert had as a
+    number (with ``payload_fields``, those seen), and ``path`` (``"columnar"`` or
+    ``"element"``)."""
 
     path: str
     policy: str
@@ -72,6 +74,10 @@ class WindowReplayStats:
     peak_open: int
     final_cti: int | None
     seconds: float
+    #: aggregate fields that no insert held as a number (a typo, most likely), and the
+    #: payload fields that were seen (at most 32, sorted) to say what was meant
+    missing_fields: tuple[str, ...] = ()
+    payload_fields: tuple[str, ...] = ()
 
     @property
     def events_per_second(self) -> float:
@@ -155,6 +161,35 @@ def _values(folds: Sequence[Fold], chunk: Columns) -> list[np.ndarray]:
 _NUMBERS = frozenset((int, float))
 
 
+class _Fields:
+    """Which aggregate fields some insert holds as a number, looked for until each is found
+    (a chunk or two), and the payload fields seen meanwhile (at most 32)."""
+
+    def __init__(self, folds: Sequence[Fold]) -> None:
+        self.folds = [f for f in folds if f.field is not None]
+        self.missing = {f.field for f in self.folds if f.field is not None}
+        self.seen: set[str] = set()
+
+    def watch(self, chunks: Iterable[Columns]) -> Iterator[Columns]:
+        for chunk in chunks:
+            if self.missing:
+                self._observe(chunk)
+            yield chunk
+
+    def _observe(self, chunk: Columns) -> None:
+        inserts = chunk.kind == INSERT
+        wanted = [f for f in self.folds if f.field in self.missing]
+        for f, column in zip(wanted, _values(wanted, chunk)):
+            if (~np.isnan(column[inserts])).any():
+                self.missing.discard(f.field)
+        if self.missing and len(self.seen) < 32:
+            for p in chunk.payload:
+                if p.__class__ is dict:
+                    self.seen.update(list(p)[:32 - len(self.seen)])
+                    if len(self.seen) >= 32:
+                        break
+
+
 def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
                    aggregates: Sequence[str | Fold] = ("count",), hop: object = None,
                    key: str | None = None, delay: object = None,
@@ -221,6 +256,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     out_sink, late_sink = open_sinks({"out": out, "late": late})
     table = SourceTable()
     keys = _Keys(key, path_list, table)
+    fields = _Fields(folds)
     bad = BadRecords(bad_records, None)
     iso = time_format == "iso"
     run = (_run_columns if columnar else
@@ -229,8 +265,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     ok = False
     try:
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit))
-        counts = run(pol, spec, folds, key is not None, max_open, chunks, table, keys,
-                     out_sink, late_sink, iso, time_format)
+        counts = run(pol, spec, folds, key is not None, max_open, fields.watch(chunks), table,
+                     keys, out_sink, late_sink, iso, time_format)
         ok = True
     finally:
         if chunks is not None:
@@ -247,7 +283,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     return WindowReplayStats(COLUMNAR if columnar else ELEMENT, pol.name, pol.delay,
                              spec.size, spec.hop, key, tuple(f.label for f in folds), records,
                              inserts, n_late, window_late, windows, open_, peak, final,
-                             time.perf_counter() - began)
+                             time.perf_counter() - began, tuple(sorted(fields.missing)),
+                             tuple(sorted(fields.seen)))
 
 
 def _key_function(key: str | None) -> Any:

@@ -265,3 +265,17 @@ def test_per_key_clocks_usage_errors(capsys):
     assert main(["replay", str(FLEET), "--window", "1m", "--key", "source", "--clock", "key",
                  "--idle-after", "10m", "--out", "-", "--no-summary"]) == 0
     assert capsys.readouterr().out.count('"key":"thermo-1"') > 30
+
+
+def test_a_misspelt_field_is_reported_not_silently_null(tmp_path, capsys):
+    out = tmp_path / "w.jsonl"
+    for clock, key in (("merged", None), ("key", "source")):
+        argv = ["replay", str(FLEET), "--window", "1m", "--agg", "mean:celsuis", "--agg",
+                "max:celsius", "--clock", clock, "--out", str(out)]
+        assert main(argv + (["--key", key] if key else [])) == 0
+        err = capsys.readouterr().err
+        assert ("warning: no insert has a number in the payload field 'celsuis' (--agg); "
+                "payload fields seen: celsius, door, seconds") in err
+        assert "'celsius'" not in err
+    s = replay_windows([FLEET], window="1m", aggregates=["max:celsius"], columnar=False)
+    assert s.missing_fields == () and s.payload_fields == ()
