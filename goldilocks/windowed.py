@@ -363,6 +363,26 @@ def _rows(ends: list, codes: list, counts: list, values: list, folds: Sequence[F
     return b"".join(lines)
 
 
+def _records(chunk: Columns) -> Iterator[tuple]:
+    """A chunk's rows as ``(kind, source code, start, end, has_end, payload)``."""
+    return zip(chunk.kind.tolist(), chunk.source.tolist(), chunk.start.tolist(),
+               chunk.end.tolist(), chunk.has_end.tolist(), chunk.payload)
+
+
+def _window_step(windows: Windows, event: Event, rows: list[bytes], late: list[bytes] | None,
+                 keyed: bool, iso: bool, time_format: str) -> None:
+    """``windows.step(event)``: each closed window as a row, each late record as a line of
+    ``late`` (if kept); the CTIs it passes on are not written."""
+    for r in windows.step(event):
+        if isinstance(r, LateRecord):
+            if late is not None:
+                late.append(encode_late(r, time_format))
+        elif r.kind != CTI_KIND:
+            res: WindowResult = r.payload
+            rows.append(window_row(res.start, res.end, res.key, res.count,
+                                   list(res.values.items()), keyed, iso))
+
+
 def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
                     max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
                     out: Any, late_out: Any, iso: bool, time_format: str,
@@ -378,9 +398,7 @@ def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed:
     for chunk in chunks:
         buf: list[bytes] = []
         lbuf: list[bytes] = []
-        for k, s, st, en, he, pl in zip(chunk.kind.tolist(), chunk.source.tolist(),
-                                         chunk.start.tolist(), chunk.end.tolist(),
-                                         chunk.has_end.tolist(), chunk.payload):
+        for k, s, st, en, he, pl in _records(chunk):
             records += 1
             if k == INSERT:
                 event = Event(INTERVAL if he else POINT, st, en, pl, names[s])
@@ -388,14 +406,8 @@ def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed:
                 event = Event(CTI_KIND, st, None, None, names[s])
             else:
                 continue  # joins, leaves and CTIs of no input move no input's clock
-            for r in windows.step(event):
-                if isinstance(r, LateRecord):
-                    if late_on:
-                        lbuf.append(encode_late(r, time_format))
-                else:
-                    res: WindowResult = r.payload
-                    buf.append(window_row(res.start, res.end, res.key, res.count,
-                                          list(res.values.items()), True, iso))
+            _window_step(windows, event, buf, lbuf if late_on else None, True, iso,
+                         time_format)
         out.write(b"".join(buf))
         if lbuf:
             late_out.write(b"".join(lbuf))
@@ -417,9 +429,7 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
         keys.codes_of(chunk)  # a row without its key is refused here, naming file and line
         buf: list[bytes] = []
         lbuf: list[bytes] = []
-        for k, s, st, en, he, pl in zip(chunk.kind.tolist(), chunk.source.tolist(),
-                                         chunk.start.tolist(), chunk.end.tolist(),
-                                         chunk.has_end.tolist(), chunk.payload):
+        for k, s, st, en, he, pl in _records(chunk):
             records += 1
             name = names[s] if s >= 0 else None
             if k == INSERT:
@@ -436,11 +446,8 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
                     continue
                 if o.kind == CTI_KIND:
                     final = o.start
-                for r in windows.step(o):
-                    if r.__class__ is Event and r.kind != CTI_KIND:
-                        res: WindowResult = r.payload
-                        buf.append(window_row(res.start, res.end, res.key, res.count,
-                                              list(res.values.items()), keyed, iso))
+                _window_step(windows, o, buf, lbuf if late_on else None, keyed, iso,
+                             time_format)
         out.write(b"".join(buf))
         if lbuf:
             late_out.write(b"".join(lbuf))
