@@ -142,6 +142,13 @@ def _parse_instant(text: str, what: str) -> int:
         raise TimeFormatError(
             f"{what}: {text!r} has no UTC offset; expected 'Z' or an offset such as '+01:00'"
         )
+    try:
+        parsed.utcoffset()
+    except ValueError as err:  # pendulum reads '+24:00', which datetime cannot hold
+        raise TimeFormatError(
+            f"{what}: {text!r} has an offset of a day or more; expected an offset between "
+            "-23:59 and +23:59"
+        ) from err
     ns = _datetime_to_ns(parsed, what)
     match = _FRACTION.search(stripped)
     if match and len(match.group(1)) > 6:  # datetime keeps microseconds; keep the rest too

@@ -103,6 +103,15 @@ def test_unparseable_string_is_refused(text):
     assert "expected e.g." in message
 
 
+@pytest.mark.parametrize("text", ["2026-11-22T08:00:00+24:00", "2026-11-22T08:00:00.1234567-24:00",
+                                  "2026-11-22T08:00:00.5+23:60"])
+def test_offset_of_a_day_or_more_is_refused_as_a_time_error(text):
+    # datetime refuses such an offset with a ValueError: it must not escape as one
+    message = _error(to_ns, text, what="start")
+    assert f"start: {text!r} has an offset of a day or more" in message
+    assert "expected an offset between -23:59 and +23:59" in message
+
+
 @pytest.mark.parametrize("value, type_name", [(1.5, "float"), (None, "NoneType"),
                                               (dt.date(2026, 11, 22), "date")])
 def test_other_types_are_refused(value, type_name):

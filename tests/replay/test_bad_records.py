@@ -23,6 +23,8 @@ JSONL_CASES = {
                          "cannot parse", "start"),
     "time_without_offset": (b'{"source":"A","kind":"insert","start":"2026-11-22T08:00:00"}\n',
                             "cannot parse", "start"),
+    "offset_of_a_day": (b'{"source":"A","kind":"insert","start":"2026-11-22T08:00:00+24:00"}\n',
+                        "cannot parse", "start"),
     "float_time": (b'{"source":"A","kind":"insert","start":1.5}\n', "fraction", "start"),
     "end_before_start": (b'{"source":"A","kind":"insert","start":9,"end":4}\n',
                          "not after start", "end"),
