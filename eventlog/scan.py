@@ -335,10 +335,15 @@ def canonical_json(a: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> bool:
     joined = json_array(a, p0[check], p1[check])
     try:
         values = orjson.loads(joined)
-        # one value per payload, each re-encoded to its own bytes: canonical
-        return len(values) == len(check) and orjson.dumps(values) == joined
+        # one value per payload, each re-encoded to its own bytes: canonical; the same
+        # bytes could also be pieces of fewer values cut elsewhere ("[1", "2]", "3,4"), so
+        # each value's text must also be as long as its payload's
+        if len(values) != len(check) or orjson.dumps(values) != joined:
+            return False
+        lens = np.fromiter(map(len, map(orjson.dumps, values)), np.int64, len(values))
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return False
+    return bool((lens == (p1 - p0)[check]).all())
 
 
 def _payloads(a: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,

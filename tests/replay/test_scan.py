@@ -389,3 +389,23 @@ def test_canonical_check_of_many_payloads_sees_every_one(distinct, bad_at):
     ends = np.cumsum([len(t) for t in texts])
     a = np.frombuffer(buf + bytes(256), np.uint8)
     assert canonical_json(a, ends - [len(t) for t in texts], ends) == (bad_at is None)
+
+
+def test_payloads_that_are_pieces_of_one_value_are_not_taken(tmp_path):
+    # joined into one array the pieces decode and re-encode to the same bytes, yet no line
+    # is JSON: each payload must be a value of its own, so the object path names line 1
+    from engine.errors import BadRecordError
+    from eventlog.scan import canonical_json
+    from goldilocks.replay import replay
+
+    texts = [b"[1", b"2]", b"3,4"]
+    buf = b"".join(texts)
+    ends = np.cumsum([len(t) for t in texts])
+    a = np.frombuffer(buf + bytes(256), np.uint8)
+    assert not canonical_json(a, ends - [len(t) for t in texts], ends)
+    log = tmp_path / "pieces.jsonl"
+    log.write_bytes(b"".join(b'{"source":"a","kind":"insert","start":%d,"payload":%b}\n' % (i, t)
+                             for i, t in enumerate(texts)))
+    with pytest.raises(BadRecordError) as info:
+        replay([log], delay=0, out=tmp_path / "out.jsonl")
+    assert str(info.value).startswith(f"{log}:1:") and "not valid JSON" in str(info.value)
