@@ -1,11 +1,20 @@
-"""The Parquet fast scanner: a record batch's Arrow columns straight to ``RawColumns``.
+"""The Arrow scanners: a Parquet record batch's columns, or a CSV block parsed by pyarrow.csv,
+straight to ``RawColumns`` (fast scanners of ``eventlog.fast``).
 
 No Python object per row: kinds by ``index_in``, names by ``dictionary_encode`` (in order of
 first appearance), integer or timestamp times as int64 (a timestamp column is nanoseconds
 whatever the file's unit), payload texts kept in one buffer and checked to be canonical JSON
 (``eventlog.scan.canonical_json``), so that the writer can use them as they are. A column of
-another type (times as text, a non-string kind), or a payload that is not canonical JSON:
-``None``, and the batch is read as Python values. Registered in ``eventlog.fast``.
+another type (a non-string kind), or a payload that is not canonical JSON: ``None``, and the
+batch is read as Python values.
+
+Times as text: ISO-8601 in ``eventlog.iso``'s shape (nanoseconds), and in CSV also integers
+(the cells the object path reads as ``int``); any other text, and the block goes to the
+object path, which names it. A CSV block is parsed with ``pyarrow.csv`` (every column a
+string, an empty cell null, no newline inside a quoted cell) only if it has one row per line:
+a blank line, a quoted newline, a lone carriage return, or a row with another number of
+cells than the header, and the block is the object path's (the ``csv`` module's), so line
+numbers are the file's either way.
 """
 
 from __future__ import annotations
@@ -14,13 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from eventlog.columns import PAD, Payloads
+from eventlog.columns import PAD, Payloads, words_of
 from eventlog.format import KIND_NAMES
+from eventlog.iso import iso_ns
 from eventlog.records import (ABSENT, BAD_KIND, INT, NO_SOURCE, NS, Block, RawColumns,
                               Times)
 from eventlog.scan import payload_texts
 
-__all__ = ["arrow_columns"]
+__all__ = ["arrow_columns", "csv_columns"]
+
+#: the columns a CSV log's object path reads (``eventlog.csv_log``)
+_CSV_FIELDS = ("source", "kind", "start", "end", "payload", "seq", "arrival")
 
 class _Other(Exception):
     """A column the scanner does not read."""
@@ -50,12 +63,45 @@ def _texts(col: Any, pa: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return buffer, p0, np.where(valid, p1, p0), valid
 
 
-def _times(col: Any, pa: Any, n: int, instant: bool = True) -> Times:
-    """An integer or (``instant``) timestamp column; absent where null or missing."""
+def _text_times(col: Any, pa: Any, n: int, instant: bool, ints: bool) -> Times:
+    """A string column of times: ISO-8601 text (``instant``) in ``eventlog.iso``'s shape,
+    and (``ints``) integers; absent where null. Any other text raises ``_Other``."""
+    buffer, p0, p1, valid = _texts(col, pa)
+    value = np.zeros(n, np.int64)
+    state = np.where(valid, INT, ABSENT).astype(np.int8)
+    iso = valid & (p1 - p0 >= 20) & (buffer[np.minimum(p0 + 4, len(buffer) - 1)] == ord("-"))
+    if iso.any():
+        if not instant:
+            raise _Other
+        rows = np.flatnonzero(iso)
+        found = iso_ns(buffer, words_of(buffer), p0[rows])
+        if found is None or (found[1] != p1[rows]).any():
+            raise _Other
+        value[rows] = found[0]
+        state[rows] = NS
+    rest = valid & ~iso
+    if rest.any():
+        if not ints:
+            raise _Other
+        import pyarrow.compute as pc
+
+        rows = np.flatnonzero(rest)
+        try:  # digits with an optional minus, within int64 (what int() reads in them)
+            value[rows] = pc.cast(col.take(pa.array(rows)), pa.int64()).to_numpy()
+        except pa.ArrowInvalid:
+            raise _Other from None
+    return Times(value, state)
+
+
+def _times(col: Any, pa: Any, n: int, instant: bool = True, ints: bool = False) -> Times:
+    """An integer or (``instant``) timestamp column, or a string column of times
+    (``_text_times``; ``ints``: integer text too); absent where null or missing."""
     if col is None:
         return Times.absent(n)
     t = col.type
     state = INT
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _text_times(col, pa, n, instant, ints)
     try:
         if pa.types.is_timestamp(t) and instant:
             col = col.cast(pa.timestamp("ns", tz=t.tz)).cast(pa.int64())
@@ -76,10 +122,52 @@ def _times(col: Any, pa: Any, n: int, instant: bool = True) -> Times:
 def arrow_columns(block: Block) -> RawColumns | None:
     """``RawColumns`` of the batch ``block.data``, or ``None`` if a column is not of a type
     read here or a payload is not canonical JSON."""
+    return _batch_columns(block.data, block.first_line, False)
+
+
+def csv_columns(block: Block) -> RawColumns | None:
+    """``RawColumns`` of a CSV block (``block.data``: whole lines after the header, whose
+    names are ``block.header``), or ``None`` if pyarrow.csv does not read it as one row per
+    line or a cell is not read here (see the module)."""
+    import pyarrow as pa
+    import pyarrow.csv as pv
+
+    names = list(block.header)
+    data = bytes(memoryview(block.data)[:block.size])
+    if len(set(names)) < len(names) or "" in names:
+        return None  # the object path keeps the last of equal names
+    if data.count(b"\r") != data.count(b"\r\n") or b"\0" in data:
+        return None  # a carriage return that does not end a line, a NUL
+    if not data.isascii():
+        try:  # every cell, read or not: the object path decodes whole lines
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    lines = data.count(b"\n")
+    wanted = [c for c in _CSV_FIELDS if c in names]
+    try:
+        table = pv.read_csv(
+            pa.py_buffer(data),
+            read_options=pv.ReadOptions(column_names=names, use_threads=False,
+                                        block_size=max(1 << 20, block.size + 1)),
+            parse_options=pv.ParseOptions(newlines_in_values=False, ignore_empty_lines=False),
+            convert_options=pv.ConvertOptions(
+                column_types={c: pa.string() for c in names}, include_columns=wanted,
+                strings_can_be_null=True, quoted_strings_can_be_null=True, null_values=[""]))
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    if table.num_rows != lines:
+        return None
+    batch = table.combine_chunks().to_batches()
+    if len(batch) != 1:
+        return None
+    return _batch_columns(batch[0], block.first_line, True)
+
+
+def _batch_columns(batch: Any, first_line: int, text_ints: bool) -> RawColumns | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    batch = block.data
     n = batch.num_rows
     names = batch.schema.names
 
@@ -114,9 +202,10 @@ def arrow_columns(block: Block) -> RawColumns | None:
             if found is None:
                 return None  # not one JSON value each, or not in the form the output writes
             payload, given = found
-        return RawColumns(np.arange(block.first_line, block.first_line + n, dtype=np.int64),
-                          kind, source, dictionary, _times(column("start"), pa, n),
-                          _times(column("end"), pa, n), _times(column("seq"), pa, n, False),
-                          _times(column("arrival"), pa, n), payload, given)
+        return RawColumns(np.arange(first_line, first_line + n, dtype=np.int64),
+                          kind, source, dictionary, _times(column("start"), pa, n, True, text_ints),
+                          _times(column("end"), pa, n, True, text_ints),
+                          _times(column("seq"), pa, n, False, text_ints),
+                          _times(column("arrival"), pa, n, True, text_ints), payload, given)
     except _Other:
         return None

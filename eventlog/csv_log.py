@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import csv
 import io
-import os
+import itertools
 import re
+from collections import deque
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import orjson
 
-from eventlog.columns import Columns
-from eventlog.records import MISSING, FileState, settle
+from eventlog.columns import PAD, Columns
+from eventlog.fast import fast_columns
+from eventlog.records import MISSING, Block, FileState, settle
 from eventlog.values import from_fields
 
-__all__ = ["CSV_ROWS", "read_csv"]
+__all__ = ["CSV_BYTES", "CSV_ROWS", "read_csv"]
 
-#: rows per chunk of the CSV reader
+#: bytes of CSV read per block (the memory bound of the CSV reader, with ``CSV_ROWS``)
+CSV_BYTES = 4 << 20
+#: rows per chunk of the CSV reader's object path
 CSV_ROWS = 20_000
 
 _CSV_INT = re.compile(r"^[+-]?\d+$")
@@ -94,27 +98,91 @@ def _record(names: list[str], cells: list[str]) -> tuple[dict[str, Any], tuple[s
     return obj, None
 
 
-def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
-    """The file's records, ``CSV_ROWS`` rows at a time."""
-    with open(st.path, "rb") as f:
+class _Feed:
+    """The ``csv`` module's input: the lines of the blocks the object path reads, decoded.
+
+    Between records, with no line left, it ends (the block is done); in the middle of a
+    record (a quoted cell goes on past the block) it pulls the next block in, so a record is
+    always read whole. ``line``: the file's line number of the last line given; ``first``:
+    that of the current record's first line (``start`` before each record)."""
+
+    def __init__(self, more: Callable[[], bytes | None]) -> None:
+        self.lines: deque[bytes] = deque()
+        self.more = more
+        self.line = 0
+        self.first = 0
+        self.given = 0
+        self.undecodable: list[tuple[int, bytes, UnicodeDecodeError]] = []
+
+    def add(self, data: bytes) -> None:
+        self.lines.extend(_split_lines(data))
+
+    def start(self) -> None:
+        self.given = 0
+
+    def __iter__(self) -> _Feed:
+        return self
+
+    def __next__(self) -> str:
+        if not self.lines:
+            data = self.more() if self.given else None
+            if not data:
+                raise StopIteration
+            self.add(data)
+        raw = self.lines.popleft()
+        self.line += 1
+        if not self.given:
+            self.first = self.line
+        self.given += 1
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            self.undecodable.append((self.line, raw, err))
+            return "\n"  # keep line numbers; the record is reported by the reader
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """``data``'s lines, each with its ``\\n`` (the last may lack it), as a binary file
+    iterates them: only ``\\n`` ends a line."""
+    parts = data.split(b"\n")
+    lines = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _blocks(f: Any, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
+    """The file in blocks of about ``CSV_BYTES`` of whole lines (the last may lack its
+    newline)."""
+    rest = b""
+    while True:
+        data = f.read(CSV_BYTES)
+        if not data:
+            if rest:
+                yield rest
+            return
         if on_bytes is not None:
-            on_bytes(os.fstat(f.fileno()).st_size)
-        physical = [0]
-        undecodable: list[tuple[int, bytes, UnicodeDecodeError]] = []
+            on_bytes(len(data))
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            rest += data
+            continue
+        yield rest + data[:cut + 1]
+        rest = data[cut + 1:]
 
-        def text_lines() -> Iterator[str]:
-            for raw in f:
-                physical[0] += 1
-                try:
-                    yield raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    undecodable.append((physical[0], raw, err))
-                    yield "\n"  # keep line numbers; the record is reported below
 
-        reader = csv.reader(text_lines())
+def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
+    """The file's records: each block of whole lines by the fast scanners if they take it,
+    else by the ``csv`` module, ``CSV_ROWS`` rows at a time."""
+    with open(st.path, "rb") as f:
+        blocks = _blocks(f, on_bytes)
+        feed = _Feed(lambda: next(blocks, None))
+        reader = csv.reader(feed)
+        feed.add(next(blocks, b""))
+        feed.start()
         header = next(reader, None)
-        if undecodable:
-            no, raw, err = undecodable.pop()
+        if feed.undecodable:
+            no, raw, err = feed.undecodable.pop()
             raise st.error(no, _not_utf8(raw, err))
         if header is None:
             return
@@ -123,25 +191,46 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
             if required not in names:
                 raise st.error(1, f"header has no {required!r} column; expected at least "
                                "source, kind, start", required)
-        rows = _Rows()
-        line_before = reader.line_num
-        for cells in reader:
-            line = line_before + 1
-            line_before = reader.line_num
-            if undecodable:
-                no, raw, err = undecodable.pop()
-                rows.add({}, no, raw, (_not_utf8(raw, err), None), counted=False)
+        # the rest of the first block, then each block: the fast scanners' if they take it
+        pending = b"".join(feed.lines)
+        feed.lines.clear()
+        for data in itertools.chain([pending] if pending else [], blocks):
+            if not data.endswith(b"\n"):
+                data += b"\n"  # the file's last line (its record ends with the file)
+            scanned = fast_columns(Block("csv", bytearray(data + bytes(PAD)), len(data),
+                                         feed.line + 1, st, tuple(names)))
+            if scanned is not None:
+                yield scanned
+                feed.line += len(scanned)
                 continue
-            if not cells or all(not c.strip() for c in cells):
-                continue
-            if len(cells) != len(names):
-                rows.add({}, line, cells, (f"{len(cells)} cells for {len(names)} header "
-                                           "columns (truncated or unquoted comma?)", None))
-            else:
-                obj, error = _record(names, cells)
-                rows.add(obj, line, cells, error)
-            if len(rows.lines) >= CSV_ROWS:
-                yield rows.columns(st)
-                rows = _Rows()
-        if rows.lines:
+            feed.add(data)
+            yield from _object_rows(reader, feed, names, st)
+
+
+def _object_rows(reader: Any, feed: _Feed, names: list[str], st: FileState) -> Iterator[Columns]:
+    """The records of the lines in ``feed`` (and of any block a record runs into) by the
+    ``csv`` module, ``CSV_ROWS`` at a time."""
+    rows = _Rows()
+    while True:
+        feed.start()
+        cells = next(reader, None)
+        if cells is None:
+            break
+        line = feed.first
+        if feed.undecodable:
+            no, raw, err = feed.undecodable.pop()
+            rows.add({}, no, raw, (_not_utf8(raw, err), None), counted=False)
+            continue
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        if len(cells) != len(names):
+            rows.add({}, line, cells, (f"{len(cells)} cells for {len(names)} header "
+                                       "columns (truncated or unquoted comma?)", None))
+        else:
+            obj, error = _record(names, cells)
+            rows.add(obj, line, cells, error)
+        if len(rows.lines) >= CSV_ROWS:
             yield rows.columns(st)
+            rows = _Rows()
+    if rows.lines:
+        yield rows.columns(st)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from eventlog.arrow import arrow_columns
+from eventlog.arrow import arrow_columns, csv_columns
 from eventlog.columns import Columns
 from eventlog.records import Block, RawColumns, accept
 from eventlog.scan import flat_columns
@@ -34,7 +34,7 @@ Scanner = Callable[[Block], "RawColumns | None"]
 #: the scanners tried for each format, in order
 SCANNERS: dict[str, list[Scanner]] = {
     "jsonl": [flat_columns],
-    "csv": [],
+    "csv": [csv_columns],
     "parquet": [arrow_columns],
 }
 

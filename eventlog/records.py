@@ -99,8 +99,9 @@ class Times(NamedTuple):
 class Block:
     """A piece of one log as a reader hands it to the fast scanners (``eventlog.fast``).
 
-    ``format``: ``"jsonl"`` (``data`` a bytearray whose first ``size`` bytes are whole lines,
-    followed by at least ``PAD`` spare bytes) or ``"parquet"`` (``data`` a pyarrow
+    ``format``: ``"jsonl"`` or ``"csv"`` (``data`` a bytearray whose first ``size`` bytes
+    are whole lines, followed by at least ``PAD`` spare bytes; for CSV, rows after the
+    header, whose column names are ``header``) or ``"parquet"`` (``data`` a pyarrow
     ``RecordBatch``; ``size`` its rows). ``first_line``: the line (row) number of its first
     record; ``state``: the file's reading state (order key, unit, source table).
     """
@@ -110,6 +111,7 @@ class Block:
     size: int
     first_line: int
     state: FileState
+    header: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)

@@ -32,7 +32,11 @@ import numpy as np
 import orjson
 
 from eventlog.columns import PAD, Payloads, RawLines, SourceTable, json_array, words_of
-from eventlog.records import NO_SOURCE, Block, RawColumns, Times
+from eventlog.iso import iso_ns
+from eventlog.records import INT, NO_SOURCE, NS, Block, RawColumns, Times
+from eventlog.words import (ALL as _ALL, ASCII0 as _ASCII0, INT64_MAX as _INT64_MAX,
+                            U as _U, digit_count as _digit_count, leading_value as _leading_value,
+                            power10 as _power, quote_at as _quote_at, spells as _is)
 
 __all__ = ["flat_columns", "canonical_json", "payload_texts", "MAX_NAME"]
 
@@ -42,88 +46,6 @@ MAX_NAME = 32
 
 class _NotFlat(Exception):
     pass
-
-
-# -- words -----------------------------------------------------------------------------
-
-_U = np.uint64
-_ONES = _U(0x0101010101010101)
-_HIGH = _U(0x8080808080808080)
-_TENS = _U(0x0A0A0A0A0A0A0A0A)
-_QUOTES = _U(0x2222222222222222)
-_ASCII0 = _U(0x3030303030303030)
-_ALL = _U(2**64 - 1)
-_INT64_MAX = _U(2**63 - 1)
-_POW10 = np.array([10**d for d in range(9)], np.uint64)
-
-
-def _lit(lit: bytes) -> tuple[np.uint64, np.uint64]:
-    assert 0 < len(lit) <= 8
-    return _U((1 << 8 * len(lit)) - 1), _U(int.from_bytes(lit, "little"))
-
-
-_LITS: dict[bytes, tuple[np.uint64, np.uint64]] = {}
-
-
-def _is(x: np.ndarray, lit: bytes) -> np.ndarray:
-    """Per word: do its first ``len(lit)`` (<= 8) bytes spell ``lit``?"""
-    found = _LITS.get(lit)
-    if found is None:
-        found = _LITS[lit] = _lit(lit)
-    mask, value = found
-    if len(lit) == 8:
-        return x == value
-    return (x & mask) == value
-
-
-if hasattr(np, "bitwise_count"):
-    def _first_flagged(m: np.ndarray) -> np.ndarray:
-        """The index (0..7, uint8) of the first byte whose high bit is set in ``m``, 8 if
-        none; ``m`` has no other bits set."""
-        return np.bitwise_count((m - _U(1)) & ~m) >> np.uint8(3)  # trailing zero bits / 8
-else:  # pragma: no cover - numpy < 2
-    def _first_flagged(m: np.ndarray) -> np.ndarray:
-        low = m & (~m + _U(1))
-        exp = np.frexp(low.astype(np.float64))[1].astype(np.int64)  # 8 k + 8 for byte k
-        return np.where(low == 0, 8, (exp >> 3) - 1).astype(np.uint8)
-
-
-def _digit_count(x: np.ndarray) -> np.ndarray:
-    """How many of the word's bytes, from the first, are ASCII digits (0..8)."""
-    y = x ^ _ASCII0  # digits become 0..9
-    # per byte: the high bit is set unless 0 <= y < 10 (no borrow crosses bytes: each
-    # byte of y | _HIGH is >= 0x80)
-    return _first_flagged((((y | _HIGH) - _TENS) | y) & _HIGH)
-
-
-def _quote_at(x: np.ndarray) -> np.ndarray:
-    """The index of the word's first ``"`` byte (0..7), 8 if none."""
-    t = x ^ _QUOTES  # quotes become 0
-    # a zero byte sets its high bit; a borrow only reaches bytes after the first zero
-    return _first_flagged((t - _ONES) & ~t & _HIGH)
-
-
-def _eight_digits(word: np.ndarray) -> np.ndarray:
-    """The value of eight ASCII digits read little-endian (first digit in the lowest byte)."""
-    v = word - _ASCII0
-    v = ((v & _U(0x0F0F0F0F0F0F0F0F)) * _U(2561)) >> _U(8)
-    v = ((v & _U(0x00FF00FF00FF00FF)) * _U(6553601)) >> _U(16)
-    return ((v & _U(0x0000FFFF0000FFFF)) * _U(42949672960001)) >> _U(32)
-
-
-def _leading_value(x: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """The value of the first ``d`` (0..8) digit bytes of each word: shifted to the word's
-    high end (the bytes after them fall off; numpy shifts by 64 give 0), ``'0'`` below."""
-    if d.min() == 8:
-        return _eight_digits(x)
-    shift = (np.uint8(8) - d) << np.uint8(3)
-    return _eight_digits((x << shift) | (_ASCII0 & ~(_ALL << shift)))
-
-
-def _power(d: np.ndarray) -> np.ndarray | np.uint64:
-    """10 ** d for digit counts 0..8 (one number when they are all the same)."""
-    low = int(d.min())
-    return _POW10[low] if low == d.max() else _POW10[d]
 
 
 def _number(a: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -170,6 +92,31 @@ def _number(a: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np
     if (value > _INT64_MAX).any():
         raise _NotFlat
     return value.view(np.int64), p + length
+
+
+def _instant(a: np.ndarray, w: np.ndarray, p: np.ndarray) -> tuple[Times, np.ndarray]:
+    """The instants starting at ``p``: canonical JSON integers (``INT``) or JSON strings of
+    ISO-8601 text in ``eventlog.iso``'s shape (``NS``), and where each ends; anything else
+    raises ``_NotFlat``."""
+    quoted = a[p] == ord('"')
+    if not quoted.any():
+        value, q = _number(a, w, p)
+        return Times.ints(value), q
+    rows = np.flatnonzero(quoted)
+    found = iso_ns(a, w, p[rows] + 1)
+    if found is None:
+        raise _NotFlat
+    ns, stop = found
+    if (a[stop] != ord('"')).any():
+        raise _NotFlat  # more after the zone
+    t = Times(np.empty(len(p), np.int64), np.full(len(p), NS, np.int8))
+    q = np.empty(len(p), np.int64)
+    t.value[rows], q[rows] = ns, stop + 1
+    if len(rows) < len(p):
+        other = np.flatnonzero(~quoted)
+        t.value[other], q[other] = _number(a, w, p[other])
+        t.state[other] = INT
+    return t, q
 
 
 # -- names -----------------------------------------------------------------------------
@@ -418,7 +365,7 @@ def _scan(raw: bytearray, size: int, mode: str | None, table: SourceTable,
 
     # the order key, then the byte where the canonical line begins
     x = w[ls]
-    key = None
+    key: Times | None = None
     if mode == "position":
         if not _is(x, b'{"').all():  # also rules out blank lines
             raise _NotFlat
@@ -432,7 +379,11 @@ def _scan(raw: bytearray, size: int, mode: str | None, table: SourceTable,
             p = ls + 11
         if not ok.all():
             raise _NotFlat
-        key, body = _number(a, w, p)
+        if mode == "seq":
+            seq, body = _number(a, w, p)
+            key = Times.ints(seq)
+        else:
+            key, body = _instant(a, w, p)
         if (a[body] != ord(",")).any():
             raise _NotFlat
     at = body + 1
@@ -463,22 +414,25 @@ def _scan(raw: bytearray, size: int, mode: str | None, table: SourceTable,
     # the start on inserts and CTIs
     start_at = np.where(is_insert, k + 16, k + 13)
     if timed.all():
-        start, q = _number(a, w, start_at)
+        start, q = _instant(a, w, start_at)
     else:  # join/leave rows end with their kind
         rows = np.flatnonzero(timed)
-        start = np.zeros(n, np.int64)
+        found, q_timed = _instant(a, w, start_at[rows])
+        start = Times.absent(n)
+        start.value[rows], start.state[rows] = found
         q = np.zeros(n, np.int64)
-        start[rows], q[rows] = _number(a, w, start_at[rows])
+        q[rows] = q_timed
         start_at = np.where(timed, start_at, 0)
 
     # then }  or ,"end":INT  or ,"payload":P  (the last two on inserts only)
     x = w[q]
     closed = _is(x, b"}\n") & timed
     has_end = _is(x, b',"end":') & is_insert
-    end = np.zeros(n, np.int64)
+    end = Times.absent(n)
     if has_end.any():
         rows = np.flatnonzero(has_end)
-        end[rows], q[rows] = _number(a, w, q[rows] + 7)
+        found, q[rows] = _instant(a, w, q[rows] + 7)
+        end.value[rows], end.state[rows] = found
         x = np.where(has_end, w[q], x)
         closed |= has_end & _is(x, b"}\n")
     has_payload = is_insert & _is(x, b',"payloa') & ~closed
@@ -492,9 +446,12 @@ def _scan(raw: bytearray, size: int, mode: str | None, table: SourceTable,
     payload = _payloads(a, n, rows, p0, p1)
 
     source, names = _names(raw, head, s0, s1, table, n, has_source)
-    keys = Times.absent(n) if key is None else Times.ints(key)
+    keys = Times.absent(n) if key is None else key
+    # the input line is the canonical output line only if its times are integers
+    iso = (start.state == NS).any() or (end.state == NS).any()
     return RawColumns(np.arange(first_line, first_line + n, dtype=np.int64), kind, source,
-                      names, Times.ints(start, timed), Times.ints(end, has_end),
+                      names, start, end,
                       keys if mode == "seq" else Times.absent(n),
                       keys if mode == "arrival" else Times.absent(n), payload, has_payload,
-                      raw=RawLines(a[:size], body, nl + 1, start_at, braces=body))
+                      raw=None if iso else RawLines(a[:size], body, nl + 1, start_at,
+                                                    braces=body))
