@@ -133,10 +133,10 @@ def csv_columns(block: Block) -> RawColumns | None:
     import pyarrow.csv as pv
 
     names = list(block.header)
-    data = bytes(memoryview(block.data)[:block.size])
+    data = block.data
     if len(set(names)) < len(names) or "" in names:
         return None  # the object path keeps the last of equal names
-    if data.count(b"\r") != data.count(b"\r\n") or b"\0" in data:
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n") or b"\0" in data:
         return None  # a carriage return that does not end a line, a NUL
     if not data.isascii():
         try:  # every cell, read or not: the object path decodes whole lines

@@ -12,13 +12,12 @@ import csv
 import io
 import itertools
 import re
-from collections import deque
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import orjson
 
-from eventlog.columns import PAD, Columns
+from eventlog.columns import Columns
 from eventlog.fast import fast_columns
 from eventlog.records import MISSING, Block, FileState, settle
 from eventlog.values import from_fields
@@ -104,10 +103,12 @@ class _Feed:
     Between records, with no line left, it ends (the block is done); in the middle of a
     record (a quoted cell goes on past the block) it pulls the next block in, so a record is
     always read whole. ``line``: the file's line number of the last line given; ``first``:
-    that of the current record's first line (``start`` before each record)."""
+    that of the current record's first line (``start`` before each record). Lines end at
+    ``\\n`` only, as a binary file's do."""
 
     def __init__(self, more: Callable[[], bytes | None]) -> None:
-        self.lines: deque[bytes] = deque()
+        self.data = b""
+        self.at = 0
         self.more = more
         self.line = 0
         self.first = 0
@@ -115,7 +116,14 @@ class _Feed:
         self.undecodable: list[tuple[int, bytes, UnicodeDecodeError]] = []
 
     def add(self, data: bytes) -> None:
-        self.lines.extend(_split_lines(data))
+        self.data = self.data[self.at:] + data
+        self.at = 0
+
+    def rest(self) -> bytes:
+        """The bytes not given yet (and no more of them)."""
+        rest = self.data[self.at:]
+        self.data, self.at = b"", 0
+        return rest
 
     def start(self) -> None:
         self.given = 0
@@ -124,12 +132,15 @@ class _Feed:
         return self
 
     def __next__(self) -> str:
-        if not self.lines:
+        if self.at >= len(self.data):
             data = self.more() if self.given else None
             if not data:
                 raise StopIteration
             self.add(data)
-        raw = self.lines.popleft()
+        cut = self.data.find(b"\n", self.at)
+        stop = len(self.data) if cut < 0 else cut + 1
+        raw = self.data[self.at:stop]
+        self.at = stop
         self.line += 1
         if not self.given:
             self.first = self.line
@@ -139,16 +150,6 @@ class _Feed:
         except UnicodeDecodeError as err:
             self.undecodable.append((self.line, raw, err))
             return "\n"  # keep line numbers; the record is reported by the reader
-
-
-def _split_lines(data: bytes) -> list[bytes]:
-    """``data``'s lines, each with its ``\\n`` (the last may lack it), as a binary file
-    iterates them: only ``\\n`` ends a line."""
-    parts = data.split(b"\n")
-    lines = [p + b"\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
 
 
 def _blocks(f: Any, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
@@ -192,13 +193,12 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
                 raise st.error(1, f"header has no {required!r} column; expected at least "
                                "source, kind, start", required)
         # the rest of the first block, then each block: the fast scanners' if they take it
-        pending = b"".join(feed.lines)
-        feed.lines.clear()
+        pending = feed.rest()
         for data in itertools.chain([pending] if pending else [], blocks):
             if not data.endswith(b"\n"):
                 data += b"\n"  # the file's last line (its record ends with the file)
-            scanned = fast_columns(Block("csv", bytearray(data + bytes(PAD)), len(data),
-                                         feed.line + 1, st, tuple(names)))
+            scanned = fast_columns(Block("csv", data, len(data), feed.line + 1, st,
+                                         tuple(names)))
             if scanned is not None:
                 yield scanned
                 feed.line += len(scanned)

@@ -99,10 +99,10 @@ class Times(NamedTuple):
 class Block:
     """A piece of one log as a reader hands it to the fast scanners (``eventlog.fast``).
 
-    ``format``: ``"jsonl"`` or ``"csv"`` (``data`` a bytearray whose first ``size`` bytes
-    are whole lines, followed by at least ``PAD`` spare bytes; for CSV, rows after the
-    header, whose column names are ``header``) or ``"parquet"`` (``data`` a pyarrow
-    ``RecordBatch``; ``size`` its rows). ``first_line``: the line (row) number of its first
+    ``format``: ``"jsonl"`` (``data`` a bytearray whose first ``size`` bytes are whole
+    lines, followed by at least ``PAD`` spare bytes), ``"csv"`` (``data`` the ``size`` bytes
+    of whole rows after the header, whose column names are ``header``) or ``"parquet"``
+    (``data`` a pyarrow ``RecordBatch``; ``size`` its rows). ``first_line``: the line (row) number of its first
     record; ``state``: the file's reading state (order key, unit, source table).
     """
 

@@ -273,7 +273,8 @@ def taken_fast(path, fmt: str) -> bool:
         first, data = data.split(b"\n", 1)
         header = tuple(h.strip() for h in next(csv.reader([first.decode()])))
     state = FileState(str(path), 0, SourceTable(), BadRecords())
-    return fast_columns(Block(fmt, bytearray(data + bytes(PAD)), len(data), 2 if header else 1,
+    block = data if header else bytearray(data + bytes(PAD))
+    return fast_columns(Block(fmt, block, len(data), 2 if header else 1,
                               state, header)) is not None
 
 
