@@ -4,9 +4,11 @@ straight to ``RawColumns`` (fast scanners of ``eventlog.fast``).
 No Python object per row: kinds by ``index_in``, names by ``dictionary_encode`` (in order of
 first appearance), integer or timestamp times as int64 (a timestamp column is nanoseconds
 whatever the file's unit), payload texts kept in one buffer and checked to be canonical JSON
-(``eventlog.scan.canonical_json``), so that the writer can use them as they are. A column of
-another type (a non-string kind), or a payload that is not canonical JSON: ``None``, and the
-batch is read as Python values.
+(``eventlog.scan.canonical_json``), so that the writer can use them as they are; in CSV,
+payload cells as people write them (``{"v": 1}``) are decoded and written again by orjson
+instead, each distinct text once, as the object path would. A column of another type (a
+non-string kind), or a payload that is not one JSON value (in Parquet: not canonical JSON):
+``None``, and the batch is read as Python values.
 
 Times as text: ISO-8601 in ``eventlog.iso``'s shape (nanoseconds), and in CSV also integers
 (the cells the object path reads as ``int``); any other text, and the block goes to the
@@ -165,6 +167,8 @@ def csv_columns(block: Block) -> RawColumns | None:
 
 
 def _batch_columns(batch: Any, first_line: int, text_ints: bool) -> RawColumns | None:
+    """The columns of a batch; ``text_ints``: a CSV block's (integer text in time cells,
+    payload JSON re-encoded when not canonical)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -198,9 +202,10 @@ def _batch_columns(batch: Any, first_line: int, text_ints: bool) -> RawColumns |
                                np.zeros(0, np.int64), np.zeros(0, np.int64))
             given = np.zeros(n, np.bool_)
         else:
-            found = payload_texts(*_texts(payload_col, pa))
+            # CSV: JSON text as people write it, re-encoded; Parquet: as the output writes it
+            found = payload_texts(*_texts(payload_col, pa), reencode=text_ints)
             if found is None:
-                return None  # not one JSON value each, or not in the form the output writes
+                return None  # not one JSON value each (or, in Parquet, not canonical)
             payload, given = found
         return RawColumns(np.arange(first_line, first_line + n, dtype=np.int64),
                           kind, source, dictionary, _times(column("start"), pa, n, True, text_ints),

@@ -304,18 +304,53 @@ def _payloads(a: np.ndarray, n: int, rows: np.ndarray, p0: np.ndarray,
 _NULL_WORD = np.uint64(int.from_bytes(b"null", "little"))
 
 
-def payload_texts(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray,
-                  given: np.ndarray) -> tuple[Payloads, np.ndarray] | None:
+def payload_texts(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray, given: np.ndarray,
+                  reencode: bool = False) -> tuple[Payloads, np.ndarray] | None:
     """A payload column from its JSON texts — row ``i``'s is ``buffer[p0[i]:p1[i]]`` where
     ``given`` (``buffer`` padded with ``PAD`` bytes) — and where there is one: the text
-    ``null`` is none; ``None`` if a text is not canonical JSON (``canonical_json``)."""
+    ``null`` is none; ``None`` if a text is not canonical JSON (``canonical_json``) — or,
+    with ``reencode``, not one JSON value: texts that are, but not canonical (``{"v": 1}``),
+    are then decoded and written again by orjson, each distinct text once, as the object
+    path does."""
     null = given & (p1 - p0 == 4)
     null[null] = words_of(buffer)[p0[null]] == _NULL_WORD
     given = given & ~null
     rows = np.flatnonzero(given)
-    if not canonical_json(buffer, p0[rows], p1[rows]):
+    if canonical_json(buffer, p0[rows], p1[rows]):
+        return Payloads(len(given), rows, buffer, p0[rows], p1[rows]), given
+    if not reencode:
         return None
-    return Payloads(len(given), rows, buffer, p0[rows], p1[rows]), given
+    return _reencoded(buffer, p0[rows], p1[rows], rows, len(given))
+
+
+def _reencoded(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray, rows: np.ndarray,
+               n: int) -> tuple[Payloads, np.ndarray] | None:
+    """The payload texts of ``rows``, each decoded by itself and encoded again (``None`` if
+    one is not one JSON value); a text that decodes to ``null`` is none."""
+    data = buffer.tobytes()
+    loads, dumps = orjson.loads, orjson.dumps
+    seen: dict[bytes, bytes | None] = {}
+    parts: list[bytes] = []
+    kept: list[bool] = []
+    try:
+        for a, b in zip(p0.tolist(), p1.tolist()):
+            text = data[a:b]
+            out = seen.get(text, b"")
+            if out == b"":
+                value = loads(text)
+                out = seen[text] = None if value is None else dumps(value)
+            kept.append(out is not None)
+            if out is not None:
+                parts.append(out)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
+    keep = np.array(kept, np.bool_).reshape(len(rows))
+    lens = np.fromiter(map(len, parts), np.int64, len(parts))
+    ends = np.cumsum(lens)
+    texts = np.frombuffer(b"".join(parts) + bytes(PAD), np.uint8)
+    given = np.zeros(n, np.bool_)
+    given[rows[keep]] = True
+    return Payloads(n, rows[keep], texts, ends - lens, ends), given
 
 
 # -- the scan --------------------------------------------------------------------------
