@@ -1,8 +1,10 @@
 """Replay throughput, end to end: JSON Lines and Parquet logs, columnar vs element path, output
 times as integer nanoseconds or RFC 3339 text (``time_format="iso"``), the hand-written JSON
 Lines scanner and RFC 3339 writer against well-kept libraries in their place
-(``benchmarks.replay_peers``: msgspec with ``Raw`` payloads, orjson, pyarrow), and the columnar policy kernel next
-to a bare numpy implementation of the same policy.
+(``benchmarks.replay_peers``: msgspec with ``Raw`` payloads, orjson, pyarrow), the same events
+with ISO-8601 start times (JSON Lines and CSV; each device's clock at its own offset, nine
+fraction digits) next to ``pyarrow.json`` reading that log alone with an explicit timestamp
+schema, and the columnar policy kernel next to a bare numpy implementation of the same policy.
 
     python -m benchmarks.bench_replay            # 10 million events (several minutes)
     python -m benchmarks.bench_replay --quick    # 500 thousand events
@@ -65,6 +67,63 @@ def make_log(path: Path, n: int, *, devices: int = 8, seed: int = 7) -> None:
             f.write(b"".join(lines))
 
 
+#: the clocks of the ISO-time log: device ``d`` writes its times at offset ``_OFFSETS[d % 4]``
+#: (seconds; 0 as ``Z``), all with nine fraction digits, so the log holds the same instants
+_OFFSETS = (0, 3600, -5 * 3600, 5 * 3600 + 1800)
+
+
+def _iso_texts(ns: np.ndarray, device: np.ndarray) -> np.ndarray:
+    """ISO-8601 text of each instant as device ``device`` writes it (local time and offset)."""
+    offset = np.array(_OFFSETS, np.int64)[device % 4]
+    local = np.datetime_as_string((ns + offset * 1_000_000_000).astype("datetime64[ns]"),
+                                  unit="ns")
+    zone = np.array(["Z" if o == 0 else "%s%02d:%02d" % ("+" if o > 0 else "-",
+                                                           abs(o) // 3600, abs(o) % 3600 // 60)
+                     for o in _OFFSETS])[device % 4]
+    return np.char.add(local, zone)
+
+
+def make_iso_logs(src: Path, jsonl: Path, csv: Path) -> None:
+    """The events of ``src`` (``make_log``'s) again, their start times written as ISO-8601
+    text by each device's clock (``_OFFSETS``), as JSON Lines and as CSV."""
+    import pyarrow.json as pj
+
+    table = pj.read_json(src)
+    seq = table.column("seq").to_numpy()
+    device = np.char.lstrip(table.column("source").to_numpy(zero_copy_only=False).astype(str),
+                            "dev-").astype(np.int64)
+    start = _iso_texts(table.column("start").to_numpy(), device).tolist()
+    kinds = table.column("kind").to_pylist()
+    values = [None if v is None else v["v"] for v in table.column("payload").to_pylist()]
+    with open(jsonl, "wb") as f, open(csv, "wb") as g:
+        g.write(b"seq,source,kind,start,payload\n")
+        step = 1_000_000
+        for lo in range(0, len(seq), step):
+            rows = range(lo, min(len(seq), lo + step))
+            f.write(b"".join(
+                (b'{"seq":%d,"source":"dev-%d","kind":"cti","start":"%s"}\n'
+                 % (seq[i], device[i], start[i].encode()) if kinds[i] == "cti" else
+                 b'{"seq":%d,"source":"dev-%d","kind":"insert","start":"%s","payload":{"v":%d}}\n'
+                 % (seq[i], device[i], start[i].encode(), values[i])) for i in rows))
+            g.write(b"".join(
+                (b"%d,dev-%d,cti,%s,\n" % (seq[i], device[i], start[i].encode())
+                 if kinds[i] == "cti" else
+                 b'%d,dev-%d,insert,%s,"{""v"":%d}"\n' % (seq[i], device[i], start[i].encode(),
+                                                         values[i])) for i in rows))
+
+
+def read_with_pyarrow_json(path: Path) -> int:
+    """``pyarrow.json.read_json`` of the ISO-time log with an explicit schema (times parsed as
+    timestamps), as a reference for reading alone: no policy, nothing written."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = pa.schema([("seq", pa.int64()), ("source", pa.string()), ("kind", pa.string()),
+                        ("start", pa.timestamp("ns", "UTC")),
+                        ("payload", pa.struct([("v", pa.int64())]))])
+    return pj.read_json(path, parse_options=pj.ParseOptions(explicit_schema=schema)).num_rows
+
+
 def to_parquet(src: Path, dst: Path) -> None:
     import pyarrow.json as pj
     import pyarrow.parquet as pq
@@ -118,10 +177,14 @@ def load() -> str:
     return "load %.2f %.2f %.2f" % os.getloadavg()
 
 
-#: the end-to-end rows: label, log ("jsonl"/"parquet"), columnar, time format, the part
-#: replaced by a library (``None``: none)
+#: the end-to-end rows: label, log ("jsonl"/"parquet"; "jsonl-iso"/"csv-iso": the same
+#: events with ISO-8601 start times), columnar, time format, the part replaced by a library
+#: (``None``: none; "pyarrow.json": not a replay, the log read by pyarrow.json alone)
 VARIANTS = [
     ("JSON Lines, columnar path", "jsonl", True, "ns", None),
+    ("JSON Lines, ISO times in", "jsonl-iso", True, "ns", None),
+    ("  pyarrow.json read alone", "jsonl-iso", True, "ns", "pyarrow.json"),
+    ("CSV, ISO times in", "csv-iso", True, "ns", None),
     ("  scanner: msgspec (Raw payloads)", "jsonl", True, "ns", "msgspec"),
     ("  scanner: orjson (the object path)", "jsonl", True, "ns", "orjson"),
     ("JSON Lines, columnar path, ISO out", "jsonl", True, "iso", None),
@@ -150,15 +213,21 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench-replay-"))
     work.mkdir(parents=True, exist_ok=True)
     jsonl, parquet = work / f"log-{n}.jsonl", work / f"log-{n}.parquet"
+    iso_jsonl, iso_csv = work / f"log-{n}-iso.jsonl", work / f"log-{n}-iso.csv"
     if not jsonl.exists():
         print(f"generating {n:,} events -> {jsonl}", flush=True)
         make_log(jsonl, n)
     if not parquet.exists():
         to_parquet(jsonl, parquet)
+    if not (iso_jsonl.exists() and iso_csv.exists()):
+        make_iso_logs(jsonl, iso_jsonl, iso_csv)
+    logs = {"jsonl": jsonl, "parquet": parquet, "jsonl-iso": iso_jsonl, "csv-iso": iso_csv}
     out, late = work / "out.jsonl", work / "late.jsonl"
     size = os.path.getsize(jsonl)
     print(f"{n:,} events; JSON Lines {size / 1e6:.0f} MB, Parquet "
-          f"{os.path.getsize(parquet) / 1e6:.0f} MB; {repeat} rounds after a warm-up, each "
+          f"{os.path.getsize(parquet) / 1e6:.0f} MB, with ISO times JSON Lines "
+          f"{os.path.getsize(iso_jsonl) / 1e6:.0f} MB, CSV {os.path.getsize(iso_csv) / 1e6:.0f} "
+          f"MB; {repeat} rounds after a warm-up, each "
           f"running every row once, in turn\n", flush=True)
     variants = [v for i, v in enumerate(VARIANTS)
                 if (args.only is None or str(i) in args.only)
@@ -166,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     peers: dict[Any, Any] = {None: contextlib.nullcontext,
                              "msgspec": lambda: scanners(jsonl=[msgspec_scanner]),
                              "orjson": lambda: scanners(jsonl=[]),
-                             "strftime": lambda: iso_writer(arrow_iso_times)}
+                             "strftime": lambda: iso_writer(arrow_iso_times),
+                             "pyarrow.json": contextlib.nullcontext}
     copy = work / "copy.jsonl"
     times: list[list[float]] = [[] for _ in variants]
     cpu: list[list[float]] = [[] for _ in variants]
@@ -176,20 +246,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  round {round_}: {load()}", flush=True)
         for i, (label, log, columnar, time_format, peer) in enumerate(variants):
             began = time.perf_counter()
-            copy_log(jsonl, copy)
+            copy_log(logs[log] if log != "parquet" else jsonl, copy)  # the row's own text
             copied = time.perf_counter() - began
             with peers[peer]():
                 before, began = cpu_seconds(), time.perf_counter()
-                stats = replay([jsonl if log == "jsonl" else parquet], delay="5s", out=out,
-                               late=late, columnar=columnar, time_format=time_format)
+                if peer == "pyarrow.json":
+                    assert read_with_pyarrow_json(logs[log]) == n
+                else:
+                    stats = replay([logs[log]], delay="5s", out=out, late=late,
+                                   columnar=columnar, time_format=time_format)
                 wall = time.perf_counter() - began
                 used = cpu_seconds() - before
             if round_:
                 times[i].append(wall)
                 cpu[i].append(used)
                 base[i].append(copied)
-            else:  # the same bytes, whoever parsed and wrote them
-                key = f"{log}-{time_format}"
+            elif peer != "pyarrow.json":  # the same bytes, whoever parsed and wrote them,
+                key = time_format  # whichever log of the same events was read
                 seen = counts.setdefault(key, (stats.records, out.read_bytes(),
                                                late.read_bytes()))
                 assert seen == (stats.records, out.read_bytes(), late.read_bytes()), label
