@@ -4,7 +4,9 @@ JSON decoded by orjson, CSV cells and Parquet rows all come here as lists of Pyt
 field, ``MISSING`` where a record has no such field. Each time is classified once — an
 integer (in the file's unit, or beyond int64), nanoseconds (ISO-8601 text with an offset, or
 a typed timestamp: ``Ns``), null, or not an instant — and names get block-local codes. What
-the values mean is decided by the rules, not here.
+the values mean is decided by the rules, not here. A column's ISO-8601 strings are read all
+at once by ``eventlog.iso`` when every one is in its shape (the same nanoseconds), else one
+by one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import numpy as np
 from engine.errors import TimeFormatError
 from engine.times import to_ns
 
+from eventlog.columns import PAD, words_of
 from eventlog.format import KIND_CODES
+from eventlog.iso import iso_ns
 from eventlog.records import (ABSENT, BAD, BAD_KIND, BAD_SOURCE, BIG, INT, MISSING, NO_KIND,
                               NO_SOURCE, NOT_RECORD, NS, NULL, RawColumns, Times)
 
@@ -87,9 +91,39 @@ def times_of(values: list[Any], instant: bool = True) -> Times:
             pass
     elif len(types) == 1 and values and values[0] is MISSING:
         return Times.absent(n)
+    elif instant and str in types:
+        found = _iso_column(values, n)
+        if found is not None:
+            return found
     cells = [_cell(v, instant) for v in values]
     value = np.fromiter((c[0] for c in cells), np.int64, n)
     state = np.fromiter((c[1] for c in cells), np.int8, n)
+    return Times(value, state)
+
+
+def _iso_column(values: list[Any], n: int) -> Times | None:
+    """The column with its strings read by ``eventlog.iso`` all at once (the same nanosecond
+    as ``_iso_ns``: ``tests/replay/test_iso_scan.py``), the other values one by one;
+    ``None`` if a string is not in that reader's shape (each is then read by ``_iso_ns``)."""
+    rows = [i for i, v in enumerate(values) if type(v) is str]
+    texts = [values[i] for i in rows]
+    joined = '"'.join(texts) + '"'
+    if not joined.isascii():
+        return None
+    lens = np.fromiter(map(len, texts), np.int64, len(texts)) + 1
+    a = np.frombuffer(joined.encode() + bytes(PAD), np.uint8)
+    found = iso_ns(a, words_of(a), np.cumsum(lens) - lens)
+    if found is None or (found[1] != np.cumsum(lens) - 1).any():
+        return None
+    value = np.zeros(n, np.int64)
+    state = np.zeros(n, np.int8)
+    at = np.array(rows, np.int64)
+    value[at] = found[0]
+    state[at] = NS
+    if len(rows) < n:
+        for i, v in enumerate(values):
+            if type(v) is not str:
+                value[i], state[i] = _cell(v, True)
     return Times(value, state)
 
 

@@ -106,6 +106,19 @@ def test_fraction_digits_past_the_ninth_are_truncated():  # TS §1.4
         "2026-11-22T08:00:00.123456789Z")]
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(iso_texts(valid=True, years=YEARS), iso_texts(years=(1600, 2300)),
+                          st.integers(-(2**64), 2**64), st.none(), st.just("é")), max_size=8))
+def test_object_path_reads_a_column_of_iso_texts_value_by_value_alike(values):
+    # the object path reads a column's strings all at once when it can: the same as one by one
+    from eventlog.records import MISSING
+    from eventlog.values import _cell, times_of
+
+    values = [MISSING if v is None else v for v in values]
+    t = times_of(values)
+    assert list(zip(t.value.tolist(), t.state.tolist())) == [_cell(v, True) for v in values]
+
+
 # -- whole logs: the fast path against the object path ----------------------------------
 
 NAMES = ["dev-1", "A", "ninechars", "é", "x" * 40]
