@@ -12,7 +12,10 @@ To add a scanner: write ``scanner(block) -> RawColumns | None`` for a format and
 ``SCANNERS`` (first match wins). What each built-in reads:
 
 - ``"jsonl"``: ``eventlog.scan.flat_columns`` — lines in the flat shape the engine writes
-  (keys in canonical order, integer times), proved canonical, so their bytes are reused.
+  (keys in canonical order, integer or ISO-8601 times); with integer times proved canonical,
+  so their bytes are reused.
+- ``"csv"``: ``eventlog.arrow.csv_columns`` — a block of rows parsed by pyarrow.csv, one
+  row per line (integer or ISO-8601 times, payload JSON text).
 - ``"parquet"``: ``eventlog.arrow.arrow_columns`` — a record batch's Arrow columns
   (integer or timestamp times, string kinds and names, canonical JSON payload texts).
 """
@@ -44,6 +47,6 @@ def fast_columns(block: Block) -> Columns | None:
     ``None`` and nothing changed (the object path takes the block)."""
     for scanner in SCANNERS.get(block.format, ()):
         raw = scanner(block)
-        if raw is not None:
+        if raw is not None:  # TS §5.7: taken whole or not at all
             return accept(raw, block.state)  # a broken rule: the object path names it
     return None

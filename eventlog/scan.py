@@ -3,14 +3,16 @@ with numpy, no Python object per record (a fast scanner of ``eventlog.fast``).
 
 The *flat shape*::
 
-    {["seq":INT, | "arrival":INT,]["source":"NAME",]"kind":"KIND"[,"start":INT][,"end":INT][,"payload":P]}
+    {["seq":INT, | "arrival":T,]["source":"NAME",]"kind":"KIND"[,"start":T][,"end":T][,"payload":P]}
 
 with the keys in exactly that order, no spaces, integers in canonical form (no leading zeros,
-no ``-0``), a name without quotes, backslashes or control characters, and ``P`` a JSON value
-that orjson re-encodes to the same bytes (each distinct payload of the block checked, all in
-one round trip). Every byte of such a line is accounted for, so the values found are those
-orjson would decode, and the line from ``"source"`` on *is* the canonical output line
-(``docs/event-log.md``): replay writes those input bytes instead of re-encoding the record.
+no ``-0``), each time ``T`` such an integer or an ISO-8601 string in ``eventlog.iso``'s
+shape (``"2026-11-22T08:00:00.250+01:00"``), a name without quotes, backslashes or control
+characters, and ``P`` a JSON value that orjson re-encodes to the same bytes (each distinct
+payload of the block checked, all in one round trip). Every byte of such a line is accounted
+for, so the values found are those orjson would decode; with integer times the line from
+``"source"`` on *is* the canonical output line (``docs/event-log.md``): replay writes those
+input bytes instead of re-encoding the record.
 
 How: one pass over the block finds the newlines (and proves there is no other control
 character); everything after that works per line, not per byte. Each field is read as
@@ -20,8 +22,8 @@ SIMD within a register), and eight digits convert with three multiplications. So
 a few dozen numpy operations over arrays of one element per line, plus the payload round trip.
 The scanner reads the reader's buffer in place, which has ``PAD`` spare bytes after the block.
 
-It only reads: a line of any other shape (a space, an escape, an ISO time, a key out of
-order, a blank line) makes it return ``None``, and whether the values it read make good
+It only reads: a line of any other shape (a space, an escape, an ISO time in another form,
+a key out of order, a blank line) makes it return ``None``, and whether the values it read make good
 records — kinds, sources, times, order keys — is decided by the rules (``eventlog.records``).
 Memory: O(block).
 """

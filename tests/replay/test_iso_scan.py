@@ -1,4 +1,4 @@
-"""ISO-8601 times on the fast path (TS §1.4, §5.1, §5.3): the vectorised reader of
+"""ISO-8601 times on the fast path (TS §1.4, §5.1, §5.3, §5.7): the vectorised reader of
 ``eventlog.iso`` agrees with ``engine.times.to_ns`` on every text it accepts and accepts the
 usual shapes; JSON Lines and CSV logs with ISO times give the same output bytes, late file,
 counts, quarantine and errors (file:line) whether the fast scanners or the object path read
