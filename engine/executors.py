@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from engine.errors import RejectedError
 
-__all__ = ["Executor", "InlineExecutor", "PoolExecutor", "LoopExecutor", "INLINE", "as_executor"]
+__all__ = ["Executor", "InlineExecutor", "Trampoline", "PoolExecutor", "LoopExecutor", "INLINE", "as_executor"]
 
 _log = logging.getLogger("goldilocks.executors")
 
@@ -36,27 +36,63 @@ class Executor(Protocol):
         """Run ``task`` soon; raise ``RejectedError`` if that is impossible."""
 
 
+class Trampoline:
+    """One thread's trampoline: ``running`` while a task runs on the thread; ``queue``, the
+    tasks scheduled meanwhile, run after it in order (kept for the thread's life, so running a
+    task allocates nothing)."""
+
+    __slots__ = ("running", "queue")
+
+    def __init__(self) -> None:
+        self.running = False
+        self.queue: deque[Task] = deque()
+
+    def run_queued(self) -> None:
+        """Run the tasks scheduled while this thread's task ran (and any they schedule), then
+        mark the thread idle; tasks never raise, and if one does the rest are dropped."""
+        queue = self.queue
+        try:
+            while queue:
+                queue.popleft()()
+        except BaseException:
+            queue.clear()
+            raise
+        finally:
+            self.running = False
+
+
 class InlineExecutor:
     """Runs tasks on the calling thread, trampolined (see the module docstring)."""
 
-    __slots__ = ("_local",)
+    __slots__ = ("local",)
 
     def __init__(self) -> None:
-        self._local = threading.local()
+        self.local = threading.local()  # .trampoline: the thread's, once it ran a task
+
+    def here(self) -> Trampoline:
+        """The calling thread's trampoline (``local.trampoline``, made on first use). A
+        caller that finds it idle may run a task of its own in place, as ``execute`` would:
+        set ``running``, run it, then ``run_queued()`` (the fast paths that skip scheduling
+        a drain do so)."""
+        try:
+            return self.local.trampoline
+        except AttributeError:
+            trampoline = self.local.trampoline = Trampoline()
+            return trampoline
 
     def execute(self, task: Task) -> None:
-        local = self._local
-        queue = getattr(local, "queue", None)
-        if queue is not None:  # already inside a task on this thread: run it after, not nested
-            queue.append(task)
+        trampoline = self.here()
+        if trampoline.running:  # already inside a task on this thread: run it after, not nested
+            trampoline.queue.append(task)
             return
-        queue = local.queue = deque()
+        trampoline.running = True
         try:
             task()
-            while queue:
-                queue.popleft()()
-        finally:
-            local.queue = None
+        except BaseException:
+            trampoline.queue.clear()
+            trampoline.running = False
+            raise
+        trampoline.run_queued()
 
     def __repr__(self) -> str:
         return "INLINE"
