@@ -76,15 +76,19 @@ class LateOutput(PublisherBase):
 
     def push(self, record: LateRecord) -> None:
         """Add a record (any thread); counted in ``overflow`` when the buffer is full."""
-        with self._lock:
-            self._records += 1
-            if len(self._buffer) >= self.capacity:
-                self._overflow += 1
-                return
-            self._buffer.append(record)
-            if len(self._buffer) > self._peak:
-                self._peak = len(self._buffer)
-            subscription = self._subscription
+        lock = self._lock
+        lock.acquire()  # not ``with``: this runs once per late event, and costs half as much
+        self._records += 1
+        buffer = self._buffer
+        if len(buffer) >= self.capacity:
+            self._overflow += 1
+            lock.release()
+            return
+        buffer.append(record)
+        if len(buffer) > self._peak:
+            self._peak = len(buffer)
+        subscription = self._subscription
+        lock.release()
         if subscription is not None:
             subscription.signal()
 
