@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from engine.errors import ClosedError
 from engine.event import Event
 from operators.union.inputs import Input, wake_future
-from operators.union.merge import Merge
+from operators.union.merge import Merge, Output
 from operators.union.stats import InputStats, input_stats
 
 __all__ = ["InputHandle", "Emitter", "EmitterSubscription", "SEND_TURN", "input_of"]
@@ -21,6 +21,14 @@ __all__ = ["InputHandle", "Emitter", "EmitterSubscription", "SEND_TURN", "input_
 #: ``await Emitter.send`` yields the event loop once every this many calls (a fair turn for
 #: the loop's other tasks, at about 1/64 of a ``sleep(0)`` per event).
 SEND_TURN = 64
+
+
+def _arrive(inp: Input, event: Event) -> None:
+    """One event from an emitter whose credit was checked: merged on the calling thread when
+    it can be the drain (``Output.arrive_now``), else queued for the drain."""
+    output: Output | None = inp.intake.output  # type: ignore[assignment]
+    if output is None or not output.arrive_now(inp, event):
+        inp.on_next(event)
 
 
 class InputHandle:
@@ -107,10 +115,14 @@ class Emitter(InputHandle):
         if event is None:
             raise TypeError("try_send() requires an event, got None")
         inp = self._input
-        inp.check_open()
+        intake = inp.intake
+        if inp.left or intake.error is not None:
+            inp.check_open()
         if inp.requested - inp.received <= 0:
             return False
-        inp.on_next(event)
+        output: Output | None = intake.output  # type: ignore[assignment]
+        if output is None or not output.arrive_now(inp, event):  # as _arrive, inlined
+            inp.on_next(event)
         return True
 
     async def send(self, event: Event) -> None:
@@ -134,7 +146,7 @@ class Emitter(InputHandle):
         while True:
             inp.check_open()
             if inp.requested - inp.received > 0:
-                inp.on_next(event)
+                _arrive(inp, event)
                 return
             loop = asyncio.get_running_loop()
             future: asyncio.Future[None] = loop.create_future()
@@ -149,16 +161,16 @@ class Emitter(InputHandle):
         if event is None:
             raise TypeError("send_blocking() requires an event, got None")
         inp = self._input
-        if self._credit() > 0:  # credit in hand: no Condition, no wait
+        if inp.requested - inp.received > 0:  # credit in hand: no Condition, no wait
             inp.check_open()
-            inp.on_next(event)
+            _arrive(inp, event)
             return True
         cond = self._condition()
         with cond:
             if not cond.wait_for(self._can_go, timeout):
                 return False
         inp.check_open()
-        inp.on_next(event)
+        _arrive(inp, event)
         return True
 
     def send_many_blocking(self, events: Sequence[Event], timeout: float | None = None) -> int:

@@ -28,7 +28,8 @@ from operator import attrgetter
 from typing import Any
 
 from engine.event import ADJUSTED, CTI, Event
-from engine.executors import Executor
+from engine.contracts import MAX_DEMAND
+from engine.executors import INLINE, Executor
 from engine.policy import Outputs, Policy, step_many
 from engine.subscription import SubscriptionBase
 from engine.times import MAX_TIME
@@ -238,7 +239,7 @@ class Output(SubscriptionBase):
     by one. ``on_finish(output, cancelled)``: the union's, called once when it ends.
     """
 
-    __slots__ = ("merge", "size", "lists", "on_finish")
+    __slots__ = ("merge", "size", "lists", "on_finish", "inline")
 
     def __init__(self, subscriber: Any, merge: Merge, executor: Executor, size: int,
                  lists: bool, on_finish: Callable[[Output, bool], None]) -> None:
@@ -247,6 +248,7 @@ class Output(SubscriptionBase):
         self.size = size
         self.lists = lists
         self.on_finish = on_finish
+        self.inline = executor is INLINE and not lists  # arrive_now may merge on the caller
 
     def _emit(self, subscriber: Any, limit: int) -> int:
         try:
@@ -270,6 +272,114 @@ class Output(SubscriptionBase):
 
     def _on_finish(self, cancelled: bool) -> None:
         self.on_finish(self, cancelled)
+
+    def arrive_now(self, inp: Input, event: Event) -> bool:
+        """The single-event fast path: merge ``event`` from ``inp`` (whose credit the caller
+        checked) and hand on what it gives right here, on the calling thread, instead of
+        queueing it and running a drain for it. Returns False, having done nothing, where
+        that is not allowed (the caller then queues the event: ``Input.on_next``); True once
+        the event was taken (merged, or discarded if ``inp`` left meanwhile, RS §2.8).
+
+        Allowed when the caller can be the drain: the merge runs inline (``executor=None``,
+        one element per ``on_next``) and no task runs on this thread's trampoline (the caller
+        is not inside another drain, so the subscriber is called at depth 1, RS §3.3); nothing
+        is queued or pending (arrival order, TS §4.1); and no drain runs — the drain is
+        claimed as ``signal`` claims it, by moving the work counter from 0 to 1, so signals
+        stay serial (RS §1.3). Once claimed, the event is merged exactly as the loop below
+        merges it (``Input.accept``, the policy's ``step``, ``Merge.account``, credit) and an
+        on-time insert goes to ``on_next`` if there is demand for it (RS §1.1). Anything
+        else — the subscriber not started, ended or without demand, a CTI, what a step puts
+        in ``pending``, a failing policy (RS §1.4) or subscriber (RS §2.13), a request,
+        cancel or arrival meanwhile — is left to a full drain turn, run here before
+        returning with the counter still held, so it ends as the queued path would.
+        """
+        if not self.inline:
+            return False
+        try:
+            trampoline = INLINE.local.trampoline
+        except AttributeError:
+            trampoline = INLINE.here()
+        merge = self.merge
+        if trampoline.running or merge.queue or merge.pending:
+            return False
+        lock = self._lock
+        lock.acquire()
+        if self._wip:  # a drain runs or is due: the event joins it through the queue
+            lock.release()
+            return False
+        self._wip = 1  # the drain is ours (RS §1.3)
+        added = self._added
+        self._added = 0
+        lock.release()
+        trampoline.running = True  # drains scheduled from on_next run after ours, not inside
+        try:
+            demand = self._demand
+            if added:
+                demand += added
+                self._demand = demand = demand if demand < MAX_DEMAND else MAX_DEMAND  # RS §3.17
+            if self._done or not self._started or demand <= 0 or merge.queue:
+                inp.on_next(event)  # queued as usual (RS §1.1: no demand, no on_next)
+                self._drain()       # the turn merges what it can, or settles
+                return True
+            gate = inp.gate
+            gate.acquire()  # as Input.on_next: it arrived before the input left, or not at all
+            try:
+                if inp.left:
+                    inp.discarded += 1  # RS §2.8, as Input.on_next counts it
+                    item = None
+                else:
+                    item = inp.accept(event)
+            finally:
+                gate.release()
+            if item is None or item.kind == CTI:
+                if item is not None:
+                    merge.queue.append((inp, item))  # a CTI takes the loop's way (TS §4.1)
+                self._drain()
+                return True
+            intake = merge.intake
+            processed = inp.processed = inp.processed + 1
+            if inp.requested - processed == inp.low_water or intake.starved:
+                intake.low = False
+                intake.grant()  # credit returns as arrivals leave the queue (TS §4.4)
+            try:
+                state, outputs = merge.policy.step(merge.state, item)
+            except Exception as err:  # user code: the policy (RS §1.4)
+                intake.fail(err)
+                self._drain()
+                return True
+            merge.state = state
+            if len(outputs) == 1 and outputs[0] is item:  # on time, handed on as is
+                inp.emitted += 1
+                if demand != MAX_DEMAND:  # RS §3.17: "effectively unbounded" is not counted
+                    self._demand = demand - 1
+                try:
+                    self._subscriber.on_next(item)
+                except Exception as err:  # user code: the subscriber broke RS §2.13
+                    self._subscriber_failed("on_next", err)
+            else:
+                try:
+                    merge.account(inp, outputs, merge.pending)  # TS §3.3: late records kept
+                except Exception as err:  # the union's own work broke: as in _emit
+                    intake.fail(err)
+                if merge.pending:
+                    self._drain()  # hands on what is pending as demand allows
+                    return True
+            lock.acquire()
+            if self._wip == 1 and not self._done:
+                self._wip = 0  # nothing happened meanwhile: the drain is released
+                lock.release()
+                return True
+            lock.release()
+            self._drain()  # a request, cancel, arrival or end meanwhile: a full turn takes it
+        except BaseException:  # only before the counter is released (a caller's bad event)
+            self._drain()  # release it through a turn, then re-raise
+            raise
+        finally:
+            if trampoline.queue:
+                trampoline.run_queued()
+            else:
+                trampoline.running = False
+        return True
 
     def merge_into(self, on_next: Callable[[Any], None], limit: int, size: int) -> int:
         """The merge loop. Merges queued arrivals until an element of ``size`` events is due
