@@ -317,7 +317,8 @@ class Output(SubscriptionBase):
             if added:
                 demand += added
                 self._demand = demand = demand if demand < MAX_DEMAND else MAX_DEMAND  # RS §3.17
-            if self._done or not self._started or demand <= 0 or merge.queue:
+            if (self._done or not self._started or demand <= 0 or merge.queue
+                    or merge.pending):
                 inp.on_next(event)  # queued as usual (RS §1.1: no demand, no on_next)
                 self._drain()       # the turn merges what it can, or settles
                 return True
@@ -338,9 +339,8 @@ class Output(SubscriptionBase):
                 return True
             intake = merge.intake
             processed = inp.processed = inp.processed + 1
-            if inp.requested - processed == inp.low_water or intake.starved:
-                intake.low = False
-                intake.grant()  # credit returns as arrivals leave the queue (TS §4.4)
+            if inp.requested - processed == inp.low_water:
+                intake.low = True  # granted after on_next, as the loop grants after its turn
             try:
                 state, outputs = merge.policy.step(merge.state, item)
             except Exception as err:  # user code: the policy (RS §1.4)
@@ -361,16 +361,18 @@ class Output(SubscriptionBase):
                     merge.account(inp, outputs, merge.pending)  # TS §3.3: late records kept
                 except Exception as err:  # the union's own work broke: as in _emit
                     intake.fail(err)
-                if merge.pending:
-                    self._drain()  # hands on what is pending as demand allows
-                    return True
             lock.acquire()
-            if self._wip == 1 and not self._done:
+            if self._wip == 1 and not self._done and not merge.pending:
                 self._wip = 0  # nothing happened meanwhile: the drain is released
                 lock.release()
-                return True
-            lock.release()
-            self._drain()  # a request, cancel, arrival or end meanwhile: a full turn takes it
+            else:
+                lock.release()
+                # What is pending, or a request, cancel, arrival or end meanwhile: a full
+                # turn takes it (and grants credit at its end, as below)
+                self._drain()
+            if intake.low or intake.starved:
+                intake.low = False
+                intake.grant()  # credit returns as arrivals leave the queue (TS §4.4)
         except BaseException:  # only before the counter is released (a caller's bad event)
             self._drain()  # release it through a turn, then re-raise
             raise
@@ -394,7 +396,6 @@ class Output(SubscriptionBase):
         state = merge.state
         lists = self.lists
         count = 0
-        intake.low = False  # an input's credit fell to its low-water mark: replenish after
         try:
             while True:
                 while queue and len(buf) < size:
@@ -455,6 +456,7 @@ class Output(SubscriptionBase):
             intake.fail(failure.error)
             return count
         merge.state = state
-        if intake.low or intake.starved:
+        if intake.low or intake.starved:  # an input's credit fell to its low-water mark
+            intake.low = False
             intake.grant()  # credit returns as arrivals leave, emitted or not (TS §4.4)
         return count
