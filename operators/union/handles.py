@@ -23,14 +23,6 @@ __all__ = ["InputHandle", "Emitter", "EmitterSubscription", "SEND_TURN", "input_
 SEND_TURN = 64
 
 
-def _arrive(inp: Input, event: Event) -> None:
-    """One event from an emitter whose credit was checked: merged on the calling thread when
-    it can be the drain (``Output.arrive_now``), else queued for the drain."""
-    output: Output | None = inp.intake.output  # type: ignore[assignment]
-    if output is None or not output.arrive_now(inp, event):
-        inp.on_next(event)
-
-
 class InputHandle:
     """What ``Union.add`` returns: the input's ``name``, ``stats()`` and ``remove()``."""
 
@@ -94,10 +86,6 @@ class Emitter(InputHandle):
 
     __slots__ = ()
 
-    def _credit(self) -> int:
-        inp = self._input
-        return inp.requested - inp.received
-
     def _can_go(self) -> bool:
         """Credit, or a reason to stop waiting for it (the input left, the union failed)."""
         inp = self._input
@@ -111,7 +99,11 @@ class Emitter(InputHandle):
         return cond
 
     def try_send(self, event: Event) -> bool:
-        """Send if there is credit; return False (nothing sent) if there is none."""
+        """Send if there is credit; return False (nothing sent) if there is none.
+
+        The event is merged and handed on right here when this thread can run the merge
+        (``Output.arrive_now``: the union's executor is ``None``, no drain runs, there is
+        demand), else queued for the drain; either way with the same result."""
         if event is None:
             raise TypeError("try_send() requires an event, got None")
         inp = self._input
@@ -121,7 +113,7 @@ class Emitter(InputHandle):
         if inp.requested - inp.received <= 0:
             return False
         output: Output | None = intake.output  # type: ignore[assignment]
-        if output is None or not output.arrive_now(inp, event):  # as _arrive, inlined
+        if output is None or not output.arrive_now(inp, event):
             inp.on_next(event)
         return True
 
@@ -143,11 +135,7 @@ class Emitter(InputHandle):
         else:
             inp.sends = 0
             await asyncio.sleep(0)  # a fair turn for the loop's other tasks
-        while True:
-            inp.check_open()
-            if inp.requested - inp.received > 0:
-                _arrive(inp, event)
-                return
+        while not self.try_send(event):
             loop = asyncio.get_running_loop()
             future: asyncio.Future[None] = loop.create_future()
             inp.waiters.append((loop, future))
@@ -160,18 +148,17 @@ class Emitter(InputHandle):
         """Send from a thread, blocking up to ``timeout`` s for credit; False if it timed out."""
         if event is None:
             raise TypeError("send_blocking() requires an event, got None")
-        inp = self._input
-        if inp.requested - inp.received > 0:  # credit in hand: no Condition, no wait
-            inp.check_open()
-            _arrive(inp, event)
+        if self.try_send(event):  # credit in hand: no Condition, no wait
             return True
+        deadline = None if timeout is None else time.monotonic() + timeout
         cond = self._condition()
-        with cond:
-            if not cond.wait_for(self._can_go, timeout):
-                return False
-        inp.check_open()
-        _arrive(inp, event)
-        return True
+        while True:
+            with cond:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not cond.wait_for(self._can_go, left):
+                    return False
+            if self.try_send(event):
+                return True
 
     def send_many_blocking(self, events: Sequence[Event], timeout: float | None = None) -> int:
         """``send_blocking`` for many events: all of ``events`` in order, each run of them
