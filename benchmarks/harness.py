@@ -65,11 +65,11 @@ _BY_NAME = {i.name: i for i in IMPLS}
 
 #: (name, versus, minimum ratio of name to versus, within each round) and the memory bound.
 TARGETS = (
-    ("union_inline", "rxpy", 10.0),
-    ("union_inline", "plain_loop", 0.2),
-    ("union_threads", "thread_queues", 2.0),
+    ("union_inline", "rxpy", 3.0),       # the per-event paths: try_send, send_blocking, send
+    ("union_threads", "thread_queues", 1.0),
+    ("union_asyncio", "asyncio_queues", 1.0),
     ("columnar", "numpy", 0.5),
-    ("union_feed", "rxpy", 10.0),        # the same targets for the batch paths
+    ("union_feed", "rxpy", 10.0),        # the batch paths: the higher targets they were built for
     ("union_feed", "plain_loop", 0.2),
     ("union_batches", "rxpy", 10.0),
     ("union_batches", "plain_loop", 0.2),
