@@ -312,6 +312,7 @@ class Output(SubscriptionBase):
         self._added = 0
         lock.release()
         trampoline.running = True  # drains scheduled from on_next run after ours, not inside
+        held = True  # the counter is ours until released below or handed to a drain turn
         try:
             demand = self._demand
             if added:
@@ -320,7 +321,8 @@ class Output(SubscriptionBase):
             if (self._done or not self._started or demand <= 0 or merge.queue
                     or merge.pending):
                 inp.on_next(event)  # queued as usual (RS §1.1: no demand, no on_next)
-                self._drain()       # the turn merges what it can, or settles
+                held = False
+                self._drain()  # the turn merges what it can, or settles
                 return True
             gate = inp.gate
             gate.acquire()  # as Input.on_next: it arrived before the input left, or not at all
@@ -335,6 +337,7 @@ class Output(SubscriptionBase):
             if item is None or item.kind == CTI:
                 if item is not None:
                     merge.queue.append((inp, item))  # a CTI takes the loop's way (TS §4.1)
+                held = False
                 self._drain()
                 return True
             intake = merge.intake
@@ -345,6 +348,7 @@ class Output(SubscriptionBase):
                 state, outputs = merge.policy.step(merge.state, item)
             except Exception as err:  # user code: the policy (RS §1.4)
                 intake.fail(err)
+                held = False
                 self._drain()
                 return True
             merge.state = state
@@ -362,6 +366,7 @@ class Output(SubscriptionBase):
                 except Exception as err:  # the union's own work broke: as in _emit
                     intake.fail(err)
             lock.acquire()
+            held = False
             if self._wip == 1 and not self._done and not merge.pending:
                 self._wip = 0  # nothing happened meanwhile: the drain is released
                 lock.release()
@@ -373,8 +378,9 @@ class Output(SubscriptionBase):
             if intake.low or intake.starved:
                 intake.low = False
                 intake.grant()  # credit returns as arrivals leave the queue (TS §4.4)
-        except BaseException:  # only before the counter is released (a caller's bad event)
-            self._drain()  # release it through a turn, then re-raise
+        except BaseException:  # a caller's bad event (Input.accept), or a defect
+            if held:
+                self._drain()  # release the counter through a turn, then re-raise
             raise
         finally:
             if trampoline.queue:

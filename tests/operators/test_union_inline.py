@@ -393,3 +393,17 @@ def test_an_emitter_fed_from_inside_another_drain_merges_after_it_not_nested(exe
     assert log == [("sent", 0), ("sent", 1), ("sent", 2), ("got", 0), ("got", 1), ("got", 2)]
     emitter.try_send(Event.point(3))  # from no drain: merged and handed on at once
     assert log[-1] == ("got", 3)
+
+
+def test_a_bad_event_on_the_fast_path_is_refused_and_the_drain_let_go():
+    """``try_send(42)`` with the drain free: the fast path claims it, ``Input.accept`` refuses
+    the element naming the input, and the drain is released — later events still flow."""
+    union = Union(goldilocks(DELAY))
+    emitter = union.open_input("A")
+    checker = Checker(random.Random(0), initial=MAX_DEMAND, refill=())
+    union.subscribe(checker)
+    with pytest.raises(TypeError, match="'A'"):
+        emitter.try_send(42)  # type: ignore[arg-type]
+    assert emitter.try_send(Event.point(5))
+    assert [e.start for e in checker.items] == [5] and checker.problems == []
+    assert not INLINE.here().running  # the trampoline was let go too
