@@ -403,7 +403,7 @@ def test_a_bad_event_on_the_fast_path_is_refused_and_the_drain_let_go():
     checker = Checker(random.Random(0), initial=MAX_DEMAND, refill=())
     union.subscribe(checker)
     with pytest.raises(TypeError, match="'A'"):
-        emitter.try_send(42)  # type: ignore[arg-type]
+        emitter.try_send(42)
     assert emitter.try_send(Event.point(5))
     assert [e.start for e in checker.items] == [5] and checker.problems == []
     assert not INLINE.here().running  # the trampoline was let go too
