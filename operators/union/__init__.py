@@ -30,7 +30,9 @@ lasts (RS §1.1); late records go to the side output. Inputs get credit: each at
 so producer churn cannot exhaust memory; credit is replenished as events leave the queue.
 A batch of arrivals (``try_send_many``, ``feed``, ``feed_columns``, ``feed_events``) is one
 queue item that the policy runs over in one call (``step_many``); ``batches()`` hands the
-output on as lists.
+output on as lists. A single event from an emitter skips the queue when the sending thread
+can itself be the drain (``executor=None``, no drain running, demand): it is merged and
+handed on inside its ``try_send`` / ``send`` / ``send_blocking``, with the same result.
 
 The union is hot: it keeps merging (within its bounds) while no one is subscribed, and a new
 subscriber continues where the previous one cancelled. After the union ends, a subscriber gets

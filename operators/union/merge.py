@@ -13,6 +13,10 @@ is parameterised by where its output goes:
   CTIs and late events produce no element, so they must not wait for a request; merging stops
   as soon as an element is due, which waits in ``pending`` for demand (RS §1.1).
 
+An emitter's single event may skip the queue: when the sending thread can be the drain,
+``Output.arrive_now`` merges it and hands it on right there, through the same steps and
+accounting (the single-event fast path; everything it does not handle goes to a full turn).
+
 Only user code is wrapped in ``try``: the policy's ``step``/``step_many``/``join``/``leave``
 (a raise fails the union with the policy's error, RS §1.4) and the subscriber's ``on_next``
 (a raise breaks RS §2.13: reported, the subscription cancelled, the union goes on for the
