@@ -23,7 +23,8 @@ from typing import Protocol, runtime_checkable
 
 from engine.errors import RejectedError
 
-__all__ = ["Executor", "InlineExecutor", "Trampoline", "PoolExecutor", "LoopExecutor", "INLINE", "as_executor"]
+__all__ = ["Executor", "InlineExecutor", "Trampoline", "PoolExecutor", "LoopExecutor", "INLINE",
+           "as_executor"]
 
 _log = logging.getLogger("goldilocks.executors")
 
