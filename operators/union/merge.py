@@ -322,8 +322,8 @@ class Output(SubscriptionBase):
             if added:
                 demand += added
                 self._demand = demand = demand if demand < MAX_DEMAND else MAX_DEMAND  # RS §3.17
-            if (self._done or not self._started or demand <= 0 or merge.queue
-                    or merge.pending):
+            if (self._done or self._cancelled or not self._started or demand <= 0
+                    or merge.queue or merge.pending):
                 inp.on_next(event)  # queued as usual (RS §1.1: no demand, no on_next)
                 held = False
                 self._drain()  # the turn merges what it can, or settles

@@ -407,3 +407,19 @@ def test_a_bad_event_on_the_fast_path_is_refused_and_the_drain_let_go():
     assert emitter.try_send(Event.point(5))
     assert [e.start for e in checker.items] == [5] and checker.problems == []
     assert not INLINE.here().running  # the trampoline was let go too
+
+
+def test_after_cancel_the_fast_path_hands_on_nothing_more():
+    """A cancel recorded before the send (RS §3.12): the event is merged and counted, but the
+    cancelled subscriber is not called again, as on the queued path."""
+    union = Union(goldilocks(DELAY))
+    emitter = union.open_input("A")
+    checker = Checker(random.Random(0), initial=MAX_DEMAND, refill=())
+    union.subscribe(checker)
+    assert emitter.try_send(Event.point(1))
+    # A cancel from another thread records its flag, then signals; between the two, a send
+    # may claim the drain. Recreated here by recording the flag alone.
+    checker.subscription._cancelled = True
+    assert emitter.try_send(Event.point(2))
+    assert [e.start for e in checker.items] == [1]
+    assert checker.subscription.is_done
