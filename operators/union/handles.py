@@ -86,6 +86,10 @@ class Emitter(InputHandle):
 
     __slots__ = ()
 
+    def _credit(self) -> int:
+        inp = self._input
+        return inp.requested - inp.received
+
     def _can_go(self) -> bool:
         """Credit, or a reason to stop waiting for it (the input left, the union failed)."""
         inp = self._input
