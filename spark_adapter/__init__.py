@@ -4,8 +4,11 @@ The documented surface (``docs/spark.md``)::
 
     read_event_log(spark, path, ...) -> DataFrame            # batch: the event-log schema
     replay(df, *, delay, policy="goldilocks", on_late="drop", group_col=None) -> (events, late)
-    watermark_stage(stream_df, *, delay, on_late="drop", ...) -> DataFrame   # streaming
-    split_late(staged) -> (events, late)
+    watermark_stage(df, *, delay, time_col, source_col, kind_col=None, advance=None, ...)
+        -> DataFrame          # any DataFrame, streaming or batch: a better withWatermark
+    split_late(staged) -> (events, late)                      # for keep_late=True
+    EVENT_LOG_STAGE           # watermark_stage's options for our own log format
+    read_stage_state(state_dir, query_id)                     # the stage's clock, to inspect
     register(spark)     # the streaming source, short name "goldilocks"
     use_driver_python(spark)  # local sessions: workers run this interpreter (done by the above)
     cti_to_watermark_ms(cti) / watermark_ms_to_cti(ms)        # the exact CTI <-> watermark map
@@ -27,6 +30,8 @@ __all__ = [
     "replay",
     "watermark_stage",
     "split_late",
+    "EVENT_LOG_STAGE",
+    "read_stage_state",
     "register",
     "GoldilocksDataSource",
     "SOURCE_NAME",
@@ -47,6 +52,8 @@ _HOME = {
     "replay": "spark_adapter.batch",
     "watermark_stage": "spark_adapter.streaming",
     "split_late": "spark_adapter.streaming",
+    "EVENT_LOG_STAGE": "spark_adapter.streaming",
+    "read_stage_state": "spark_adapter.stage_state",
     "register": "spark_adapter.source",
     "GoldilocksDataSource": "spark_adapter.source",
     "use_driver_python": "spark_adapter.session",

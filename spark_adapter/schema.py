@@ -23,8 +23,9 @@ key (``docs/event-log.md``, "Arrival order and the merge").
 
 CTI and Spark watermark. Spark keeps its watermark in milliseconds, computes it between
 micro-batches as ``max(event time) - threshold`` and counts an event *at* the watermark as
-late, while a CTI ``c`` keeps an event at ``c``. The stage therefore publishes ``c`` with a
-threshold of one millisecond, and Spark reports ``cti_to_watermark_ms(c)`` one batch later:
+late, while a CTI ``c`` keeps an event at ``c``. The watermarking stage therefore publishes
+``c`` with a threshold of one millisecond, and Spark reports ``cti_to_watermark_ms(c)`` from
+the micro-batch after the one that made it:
 
 >>> cti_to_watermark_ms(1_795_334_400_000_000_000)       # 2026-11-22T08:00:00Z
 1795334399999
@@ -41,7 +42,6 @@ __all__ = [
     "EVENT_LOG_COLUMNS",
     "EVENT_LOG_SCHEMA",
     "ORDER_COLUMNS",
-    "STAGE_COLUMNS",
     "KIND_INSERT",
     "KIND_CTI",
     "KIND_JOIN",
@@ -78,17 +78,8 @@ EVENT_LOG_SCHEMA = ", ".join(f"`{name}` {sql}" for name, sql in EVENT_LOG_COLUMN
 #: The replay order: the engine's merge key (order key, file index, line).
 ORDER_COLUMNS = ("order_key", "file_index", "line")
 
-#: Columns ``watermark_stage`` adds to its input's (see ``spark_adapter.streaming``).
-STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("cti", "BIGINT"),
-    ("late_action", "STRING"),
-    ("original_start", "BIGINT"),
-    ("event_time", "TIMESTAMP"),
-    ("cti_time", "TIMESTAMP"),
-)
-
-#: The delay given to Spark's ``withWatermark`` on the CTI column: an event exactly at a CTI
-#: is on time for the engine but "late" for Spark at its watermark, hence one millisecond.
+#: The delay given to Spark's ``withWatermark`` on the stage's CTI column: an event exactly at
+#: a CTI is on time for the engine but "late" for Spark at its watermark, hence one millisecond.
 WATERMARK_THRESHOLD = "1 millisecond"
 
 _NS_PER_US = 1_000

@@ -1,329 +1,393 @@
-"""The watermarking stage for Structured Streaming: the engine's policy in Spark's state store.
+"""The watermarking stage: a better ``withWatermark`` for any DataFrame (DESIGN §8).
 
-``watermark_stage(stream_df, delay=...)`` runs the time policy over a streaming DataFrame of
-event-log rows (``EVENT_LOG_SCHEMA``, e.g. from the ``"goldilocks"`` source) with
-``applyInPandasWithState`` (append mode, no timeout, the default state store). Per clock
-group and micro-batch, the rows are sorted by arrival (``order_by``) and fed to the policy
-(DESIGN §1: the same policy object as the engine's; goldilocks/max through its columnar
-kernel, any other policy — ``min`` included — through its ``step``). The policy state is kept
-in the state store, so it survives a restart from a checkpoint.
+``watermark_stage(readings, delay="30 seconds", time_col="ts", source_col="device_id",
+state_dir=...)`` takes a user's own stream — a timestamp column, a device column, no CTIs —
+and gives back the same rows with a CTI on each, the late ones kept aside with their reason,
+and a Spark watermark that follows the CTI whatever the user does downstream.
 
-Every row that the engine would emit or report comes out, with the input columns and:
+The plan it builds (driver; ``docs/spark.md`` says the same for users)::
 
-- ``cti``: the CTI in force after the row (the last emitted CTI; null before the first);
-- ``late_action``: null on time, ``"dropped"`` or ``"adjusted"`` for a late insert (TS §3.3);
-- ``original_start``: the start as it arrived (differs from ``start`` when adjusted);
-- ``event_time``: ``start`` as a timestamp (microseconds, floored);
-- ``cti_time``: ``cti`` as a timestamp (1970-01-01 before the first CTI: Spark's "none").
+    input ─[sequential plan: repartition per clock group]─▶ mapInArrow(decide)
+          ─▶ withWatermark(_gl_wm, 1 ms) ─▶ observe(name, …) ─▶ where(not a marker)
+          ─▶ select(user columns, [event_time], cti)          (time column marked for windows)
 
-Emitted CTIs are rows with ``kind="cti"``, their delayed time in ``start`` and no source;
-CTIs that do not advance time, ``join`` and ``leave`` rows produce nothing.
-
-Spark's watermark follows the CTI: the stage declares ``withWatermark("cti_time", "1
-millisecond")`` (a CTI keeps an event at its time; Spark's watermark does not), so Spark's
-watermark is exactly ``cti_to_watermark_ms(cti)`` — reported in
-``query.lastProgress["eventTime"]["watermark"]`` from the batch after the one that emitted the
-CTI. Spark allows one watermark per linear plan, so ``event_time`` is marked as an event-time
-column of that same watermark (Spark's column metadata): downstream aggregations may group by
-``window("event_time", …)`` in append mode, and Spark closes those windows as the CTI passes
-their end — never by max(event time).
-
-Limits: one task per clock group per micro-batch (a group's rows of one batch are in memory
-in that task); groups run in parallel. See ``docs/spark.md``.
+- ``mapInArrow`` runs ``stage_task.run_task`` in every task: the engine's decisions
+  (``stage_core``), the state between micro-batches in side files (``stage_state``), late rows
+  written by the task. Each task ends with a marker row carrying the CTI in ``_gl_wm``.
+- Spark's watermark is the maximum of ``_gl_wm`` over the rows that reach
+  ``EventTimeWatermark``. Spark's optimizer pushes a user's filter below that node (every
+  deterministic predicate that does not use the watermark column), so a filter that removed
+  the marker rows would stop the watermark. ``observe`` (a ``CollectMetrics`` node) is not a
+  node filters cross: the user's filters stay above it, the marker rows always reach the
+  watermark, and the metrics (``cti``, ``rows``, ``late``, ``rejected``) show per micro-batch
+  in ``query.lastProgress["observedMetrics"][name]``.
+- The user's time column (or ``event_time``) is marked as an event-time column of that same
+  watermark, so ``groupBy(window(time_col, …))`` works in append mode, and Spark closes a
+  window once the CTI passes its end.
 """
 
 from __future__ import annotations
 
-import pickle
-from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+import re
+from typing import Any, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BooleanType, ByteType, IntegerType, LongType, ShortType,
-                               StructField, StructType)
+from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType,
+                               DecimalType, DoubleType, FloatType, IntegerType, LongType,
+                               ShortType, StringType, StructField, StructType, TimestampNTZType,
+                               TimestampType)
 
 from engine.errors import InputError
 from engine.policy import Policy
-from operators.policies import resolve_policy
-from spark_adapter.schema import KIND_CTI, ORDER_COLUMNS, WATERMARK_THRESHOLD
+from eventlog import time_scale
 from spark_adapter.session import use_driver_python
+from spark_adapter.stage_core import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, StageSpec,
+                                      build_advance, build_policy, choose_plan)
+from spark_adapter.schema import WATERMARK_THRESHOLD
 
-__all__ = ["watermark_stage", "split_late", "StageConfig", "run_stage_batch"]
+__all__ = ["watermark_stage", "split_late", "DEFAULT_NAMES", "EVENT_LOG_STAGE", "stage_plan"]
 
-_CLOCK = "_gl_clock"
-_NULL = "_gl_null_"
-_STATE_SCHEMA = "cti BIGINT, blob BINARY"
+#: The columns the stage adds, by role; ``names=`` renames any of them.
+DEFAULT_NAMES = {"cti": "cti", "late_action": "late_action", "late_reason": "late_reason",
+                 "event_time": "event_time"}
+
+#: The options that run the stage over the event-log schema (``read_event_log`` and the
+#: ``"goldilocks"`` source): ``watermark_stage(stream, delay=…, **EVENT_LOG_STAGE)``.
+EVENT_LOG_STAGE = {"time_col": "start", "time_unit": "ns", "end_col": "end",
+                   "source_col": "source", "kind_col": "kind",
+                   "order_by": ("order_key", "file_index", "line")}
+
 _INTEGRAL = (LongType, IntegerType, ShortType, ByteType)
+_KEY_TYPES = (StringType, *_INTEGRAL, BooleanType, DateType, TimestampType)
+_ORDERABLE = (StringType, *_INTEGRAL, BooleanType, DateType, TimestampType, TimestampNTZType,
+              DoubleType, FloatType, DecimalType, BinaryType)
 _DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
 _THRESHOLD_MS = 1  # WATERMARK_THRESHOLD in ms
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WHO = "watermark_stage"
 
 
-@dataclass(frozen=True)
-class StageConfig:
-    """What the executor-side function needs; pickled with it to every task.
-
-    ``policy``: a registered name (rebuilt on the executor with ``delay``/``on_late``) or a
-    built policy object (pickled). ``order``: the sort columns within a micro-batch.
-    ``integral``: nullable integer columns shipped as (value, is-null) pairs, because pandas
-    would turn them into float64 and lose nanoseconds.
-    """
-
-    policy: Any
-    delay: int
-    on_late: str
-    order: tuple[str, ...]
-    integral: tuple[str, ...]
-
-    def build(self) -> Policy:
-        if isinstance(self.policy, str):
-            return resolve_policy(self.policy, delay=self.delay, on_late=self.on_late)
-        return self.policy
+def _fail(message: str) -> InputError:
+    return InputError(f"{_WHO}: {message}")
 
 
-def _columnar(policy: Policy) -> bool:
-    import numpy as np
+def _column(df: DataFrame, name: str, role: str) -> StructField:
+    if not isinstance(name, str) or not name:
+        raise _fail(f"{role}={name!r}; expected a column name")
+    try:
+        return df.schema[name]
+    except KeyError:
+        raise _fail(f"{role}={name!r} is not a column of the DataFrame; it has "
+                    f"{', '.join(df.columns)}") from None
 
-    run = getattr(policy, "run_columns", None)
-    if run is None:
+
+def _type_name(t: DataType) -> str:
+    return t.simpleString()
+
+
+def _check_time(field: StructField, role: str, time_unit: str | None) -> tuple[bool, int | None]:
+    """``(is a timestamp, ns per unit)`` of a time column, or a clear error."""
+    t = field.dataType
+    if isinstance(t, TimestampType):
+        if time_unit is not None:
+            raise _fail(f"time_unit={time_unit!r} is for integer time columns; {role} "
+                        f"{field.name!r} is a timestamp (it carries its own unit)")
+        return True, None
+    if isinstance(t, _INTEGRAL):
+        try:
+            return False, time_scale(time_unit)
+        except InputError as err:
+            raise _fail(str(err)) from None
+    if isinstance(t, TimestampNTZType):
+        hint = (f"a timestamp without a time zone; say which zone its clock keeps, e.g. "
+                f"F.to_utc_timestamp('{field.name}', 'Europe/Paris') (or 'UTC')")
+    elif isinstance(t, (DoubleType, FloatType, DecimalType)):
+        hint = (f"{_type_name(t)}; convert it, e.g. F.timestamp_seconds('{field.name}') for "
+                "epoch seconds, or cast a whole number of units to bigint and give time_unit")
+    elif isinstance(t, StringType):
+        hint = f"a string; parse it, e.g. F.to_timestamp('{field.name}')"
+    else:
+        hint = _type_name(t)
+    raise _fail(f"{role} {field.name!r} is {hint}; expected a timestamp, or an integer "
+                "count of time_unit ('s', 'ms', 'us', 'ns') since the epoch")
+
+
+def _kinds(kinds: Any) -> tuple[tuple[str, int], ...]:
+    if kinds is None:
+        return tuple((name, code) for code, name in enumerate(KIND_NAMES))
+    if not isinstance(kinds, dict) or not kinds:
+        raise _fail(f"kinds={kinds!r}; expected a dict from your kind values to "
+                    f"{', '.join(KIND_NAMES)}, e.g. {{'reading': 'insert', 'heartbeat': 'cti'}}")
+    out = []
+    for value, kind in kinds.items():
+        if not isinstance(value, str) or kind not in KIND_NAMES:
+            raise _fail(f"kinds[{value!r}]={kind!r}; expected a string value mapped to one "
+                        f"of {', '.join(KIND_NAMES)}")
+        out.append((value, KIND_NAMES.index(kind)))
+    return tuple(out)
+
+
+def _names(names: Any, user_columns: Sequence[str], time_is_timestamp: bool) -> dict:
+    if names is None:
+        names = {}
+    if not isinstance(names, dict):
+        raise _fail(f"names={names!r}; expected a dict renaming the added columns, e.g. "
+                    "{'cti': 'stage_cti'}")
+    unknown = [k for k in names if k not in DEFAULT_NAMES]
+    if unknown:
+        raise _fail(f"names has {', '.join(map(repr, unknown))}; the added columns are "
+                    f"{', '.join(DEFAULT_NAMES)}")
+    chosen = {**DEFAULT_NAMES, **names}
+    for role, name in chosen.items():
+        if not isinstance(name, str) or not name or name.startswith("_gl_"):
+            raise _fail(f"names[{role!r}]={name!r}; expected a column name (not starting "
+                        "with the reserved '_gl_')")
+    added = [r for r in chosen if r != "event_time" or not time_is_timestamp]
+    values = [chosen[r] for r in added]
+    if len(set(values)) != len(values):
+        raise _fail(f"names gives two added columns one name: {chosen}")
+    for role in added:
+        if chosen[role] in user_columns:
+            raise _fail(f"the DataFrame already has a column {chosen[role]!r}, which the "
+                        f"stage adds ({role}); name the stage's with names={{{role!r}: "
+                        "'another_name'}}")
+    return chosen
+
+
+def _as_list(value: Any, role: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise _fail(f"{role}={value!r}; expected a column name or a list of them")
+
+
+def _has_watermark(df: DataFrame) -> bool:
+    try:
+        plan = df._jdf.queryExecution().analyzed().toString()
+    except Exception:  # Spark Connect: no JVM plan to look at
         return False
-    empty = np.zeros(0, np.int64)
-    return run(np.zeros(0, np.bool_), empty, empty) is not None
+    return "EventTimeWatermark" in plan
 
 
-def run_stage_batch(config: StageConfig, pdf: Any, cti: int | None, blob: bytes | None,
-                    policy: Policy | None = None) -> tuple[Any, int | None, bytes | None]:
-    """One clock group's micro-batch: ``(output frame, cti, blob)``. Runs on an executor.
-
-    ``pdf`` is the group's rows (pandas, integral columns as value/null pairs); ``cti`` the
-    last emitted CTI and ``blob`` the pickled policy state (``None`` before the first batch).
-    Policies with a columnar form (goldilocks, max) run ``run_columns`` with that state; the
-    others run ``step`` row by row. Pure: the same inputs give the same outputs.
-    """
-    import numpy as np
-    import pandas as pd
-
-    from engine.event import CTI, INTERVAL, POINT, Event, LateRecord
-    from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT_ADJUSTED
-
-    policy = policy or config.build()
-    pdf = pdf.sort_values(list(config.order), kind="stable").reset_index(drop=True)
-    n = len(pdf)
-    kind = pdf["kind"].to_numpy(dtype=object)
-    start = pdf["start"].to_numpy(dtype=np.int64)
-    has_end = ~pdf[_NULL + "end"].to_numpy(dtype=bool)
-    end_v = pdf["end"].to_numpy(dtype=np.int64)
-    keep = np.zeros(n, dtype=bool)
-    new_start = start.copy()
-    action = np.full(n, None, dtype=object)
-    cti_after = np.zeros(n, dtype=np.int64)
-    has_cti = np.zeros(n, dtype=bool)
-    emits_cti = np.zeros(n, dtype=bool)
-
-    state = pickle.loads(blob) if blob is not None else policy.initial()
-    if _columnar(policy):
-        idx = np.flatnonzero((kind == "insert") | (kind == KIND_CTI))  # join/leave: no-ops
-        is_cti = kind[idx] == KIND_CTI
-        s = start[idx]
-        e = np.where(has_end[idx], end_v[idx], s + 1)
-        codes, after, state = policy.run_columns(is_cti, s, e, state)  # type: ignore[attr-defined]
-        seen = (np.cumsum(is_cti) > 0) | (cti is not None)
-        keep[idx] = codes != CTI_SUPPRESS
-        # an emitted CTI starts at its delayed time, an adjusted insert at the CTI it
-        # violated; ``after`` holds both (operators.columnar)
-        new_start[idx] = np.where((codes == CTI_EMIT) | (codes == EMIT_ADJUSTED), after, s)
-        act = np.full(len(idx), None, dtype=object)
-        act[codes == DROP_LATE] = "dropped"
-        act[codes == EMIT_ADJUSTED] = "adjusted"
-        action[idx] = act
-        emits_cti[idx] = codes == CTI_EMIT
-        # the CTI in force after every row: that of the latest insert/CTI row at or before it
-        last = np.searchsorted(idx, np.arange(n), side="right") - 1
-        some = last >= 0
-        cti_after[some] = after[last[some]]
-        has_cti[some] = seen[last[some]]
-        if cti is not None:
-            cti_after[~some] = cti
-            has_cti[:] = True
-        new_cti = int(cti_after[-1]) if n and has_cti[-1] else cti
-        new_blob = pickle.dumps(state)
-    else:
-        source = pdf["source"].to_numpy(dtype=object)
-        current = cti
-        for i in range(n):
-            k = kind[i]
-            if k == "insert":
-                ev = (Event(INTERVAL, int(start[i]), int(end_v[i]), None, source[i]) if has_end[i]
-                      else Event(POINT, int(start[i]), int(start[i]) + 1, None, source[i]))
-                state, out = policy.step(state, ev)
-            elif k == KIND_CTI:
-                state, out = policy.step(state, Event(CTI, int(start[i]), None, None, source[i]))
-            elif k == "join":
-                state, out = policy.join(state, source[i])
-            else:
-                state, out = policy.leave(state, source[i])
-            for item in out:
-                if isinstance(item, LateRecord):
-                    keep[i] = True
-                    action[i] = item.action
-                    if item.adjusted is not None:
-                        new_start[i] = item.adjusted.start
-                elif item.kind == CTI:
-                    keep[i] = True
-                    emits_cti[i] = True
-                    new_start[i] = item.start
-                    current = item.start
-                else:
-                    keep[i] = True
-                    new_start[i] = item.start
-            if current is not None:
-                cti_after[i] = current
-                has_cti[i] = True
-        new_cti = current
-        new_blob = pickle.dumps(state)
-
-    out = pdf.copy()
-    out["original_start"] = start
-    out["start"] = new_start
-    out[_NULL + "original_start"] = pdf[_NULL + "start"]
-    out["late_action"] = action
-    out["cti"] = cti_after
-    out[_NULL + "cti"] = ~has_cti
-    if emits_cti.any():  # an emitted CTI has no source, end or payload (merged-stream CTI)
-        out["kind"] = np.where(emits_cti, KIND_CTI, kind)
-        for col in ("source", "payload"):
-            if col in out.columns:
-                out[col] = out[col].where(~emits_cti, None)
-        out[_NULL + "end"] = out[_NULL + "end"] | emits_cti
-        out[_NULL + "start"] = out[_NULL + "start"] & ~emits_cti
-    return out[keep].reset_index(drop=True), new_cti, new_blob
+def stage_plan(df: DataFrame, *, delay: object = None, time_col: str, source_col: str,
+               kind_col: str | None = None, advance: dict | None = None,
+               policy: str | Policy = "goldilocks", on_late: str = "drop",
+               group_col: str | Sequence[str] | None = None,
+               order_by: Sequence[str] | None = None, end_col: str | None = None,
+               time_unit: str | None = None, kinds: dict | None = None,
+               names: dict | None = None, state_dir: str | None = None,
+               late_path: str | None = None, keep_late: bool = False,
+               name: str = "goldilocks") -> StageSpec:
+    """Check every option against the DataFrame (driver) and fix the stage's ``StageSpec``.
+    Raises ``InputError`` naming the option and what was expected."""
+    if not isinstance(df, DataFrame):
+        raise _fail(f"expected a DataFrame, got {type(df).__name__}")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _fail(f"name={name!r}; expected an identifier (it names the observed metrics "
+                    "and the state)")
+    columns = list(df.columns)
+    reserved = [c for c in columns if c.startswith("_gl_")]
+    if reserved:
+        raise _fail(f"column name(s) {reserved} use the reserved prefix '_gl_'")
+    time_field = _column(df, time_col, "time_col")
+    is_ts, scale = _check_time(time_field, "time_col", time_unit)
+    if end_col is not None:
+        end_field = _column(df, end_col, "end_col")
+        if type(end_field.dataType) is not type(time_field.dataType):
+            raise _fail(f"end_col {end_col!r} is {_type_name(end_field.dataType)} but time_col "
+                        f"{time_col!r} is {_type_name(time_field.dataType)}; expected one type")
+    source_field = _column(df, source_col, "source_col")
+    if not isinstance(source_field.dataType, _KEY_TYPES):
+        raise _fail(f"source_col {source_col!r} is {_type_name(source_field.dataType)}; "
+                    "expected a string or an integer (a device's name or number)")
+    if kind_col is not None:
+        kind_field = _column(df, kind_col, "kind_col")
+        if not isinstance(kind_field.dataType, StringType):
+            raise _fail(f"kind_col {kind_col!r} is {_type_name(kind_field.dataType)}; "
+                        "expected a string (its values mapped by kinds=)")
+    elif kinds is not None:
+        raise _fail("kinds= maps the values of kind_col, but kind_col is None")
+    groups = _as_list(group_col, "group_col")
+    for g in groups:
+        if not isinstance(_column(df, g, "group_col").dataType, _KEY_TYPES):
+            raise _fail(f"group_col {g!r} is {_type_name(df.schema[g].dataType)}; expected a "
+                        "string, integer, boolean, date or timestamp")
+    order = _as_list(order_by, "order_by")
+    for c in order:
+        if not isinstance(_column(df, c, "order_by").dataType, _ORDERABLE):
+            raise _fail(f"order_by column {c!r} is {_type_name(df.schema[c].dataType)}; "
+                        "expected an orderable type (number, string, timestamp…)")
+    chosen_names = _names(names, columns, is_ts)
+    built = build_policy(policy, delay, on_late, _WHO)
+    if advance is None and kind_col is None:
+        advance = {"every_events": 1}  # a reading promises nothing older from its device
+    adv = build_advance(advance, built.on_late, _WHO) if advance is not None else None
+    plan = choose_plan(built, adv, order)
+    streaming = df.isStreaming
+    if not isinstance(keep_late, bool):
+        raise _fail(f"keep_late={keep_late!r}; expected True or False")
+    if streaming and state_dir is None:
+        raise _fail("a streaming DataFrame needs state_dir=…: a directory, like the "
+                    "checkpoint location, that every executor reaches and that survives "
+                    "restarts; the stage keeps its clock there between micro-batches")
+    for role, path in (("state_dir", state_dir), ("late_path", late_path)):
+        if path is not None and not isinstance(path, str):
+            raise _fail(f"{role}={path!r}; expected a path or URI string")
+    if late_path is None and not keep_late:
+        if state_dir is None:
+            raise _fail("where should late rows go? give late_path=… (a directory), or "
+                        "keep_late=True to keep them in the output with late_action")
+        late_path = state_dir.rstrip("/") + "/late"
+    if streaming and _has_watermark(df):
+        raise _fail("the DataFrame already has a watermark (withWatermark); the stage "
+                    "publishes its own — remove the withWatermark call before the stage")
+    return StageSpec(
+        name=name, plan=plan, streaming=streaming, time_col=time_col, time_is_timestamp=is_ts,
+        time_scale=scale, end_col=end_col, source_col=source_col, kind_col=kind_col,
+        kinds=_kinds(kinds) if kind_col is not None else (("insert", 0),),
+        group_cols=groups, policy=built, advance=adv, names=tuple(chosen_names.items()),
+        keep_late=keep_late, state_dir=state_dir, late_path=late_path,
+        user_columns=tuple(columns), order_by=order)
 
 
-def _floor_micros(col: str) -> Column:
-    """ns -> µs rounding down, without overflow (``div`` alone rounds toward zero)."""
-    return F.expr(f"`{col}` div 1000 - if(`{col}` % 1000 < 0, 1, 0)")
+def _decided_schema(spec: StageSpec, df: DataFrame) -> StructType:
+    names = spec.name_of
+    fields = [StructField(f.name, f.dataType, True) for f in df.schema.fields]
+    if not spec.time_is_timestamp:
+        fields.append(StructField(names["event_time"], TimestampType(), True))
+    fields.append(StructField(names["cti"], TimestampType() if spec.time_is_timestamp
+                              else LongType(), True))
+    if spec.keep_late:
+        fields += [StructField(names["late_action"], StringType(), True),
+                   StructField(names["late_reason"], StringType(), True)]
+    fields += [StructField(WM, TimestampType(), True), StructField(LATE_COUNT, LongType(), True),
+               StructField(BAD_COUNT, LongType(), True)]
+    return StructType(fields)
 
 
-def watermark_stage(stream_df: DataFrame, *, delay: object = None,
+def _task_function(spec: StageSpec) -> Any:
+    """The function ``mapInArrow`` ships (pickled with ``spec``); runs on executors."""
+
+    def decide(batches: Any) -> Any:
+        from pyspark import TaskContext
+
+        from spark_adapter.stage_core import TaskInfo
+        from spark_adapter.stage_task import run_task
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        run = context.getLocalProperty("spark.jobGroup.id") if context else None
+        if not run and context is not None:
+            found = re.search(r"runId = ([\w-]+)",
+                              context.getLocalProperty("spark.job.description") or "")
+            run = found.group(1) if found else None
+        info = TaskInfo(
+            batch=int(batch) if batch is not None else None,
+            query=(context.getLocalProperty("sql.streaming.queryId") if context else None)
+            or "batch",
+            run=run or "run",
+            partition=context.partitionId() if context else 0)
+        yield from run_task(spec, batches, info)
+
+    return decide
+
+
+def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, source_col: str,
+                    kind_col: str | None = None, advance: dict | None = None,
                     policy: str | Policy = "goldilocks", on_late: str = "drop",
-                    group_col: str | None = None,
-                    order_by: Sequence[str] | None = None) -> DataFrame:
-    """The policy as a stateful streaming stage; returns the marked stream (module docstring).
+                    group_col: str | Sequence[str] | None = None,
+                    order_by: Sequence[str] | None = None, end_col: str | None = None,
+                    time_unit: str | None = None, kinds: dict | None = None,
+                    names: dict | None = None, state_dir: str | None = None,
+                    late_path: str | None = None, keep_late: bool = False,
+                    name: str = "goldilocks") -> DataFrame:
+    """The time policy as a stage of any DataFrame; returns its data rows (driver).
 
-    Runs on the driver and builds the plan; the per-group function runs on executors and is
-    pickled with a ``StageConfig`` (the policy by name, or the policy object: it must be
-    picklable). ``delay``/``policy``/``on_late`` as in ``replay`` (``None`` delay: the engine's
-    default), but every policy works here, ``min`` included. ``group_col``: one independent
-    clock per value (one task per group per micro-batch); default one clock. ``order_by``: the
-    arrival order within a micro-batch, default ``ORDER_COLUMNS`` (else ``seq``); across
-    micro-batches the order is the source's.
+    ``df``: streaming (``spark.readStream…``) or batch. ``time_col``: when the row happened —
+    a timestamp, or an integer count of ``time_unit`` (``"s"``, ``"ms"``, ``"us"``, ``"ns"``;
+    ``None``: nanoseconds, refusing values implausible as such). ``source_col``: who sent it
+    (a device: one input of the merge). ``kind_col``: for streams that carry CTIs, a string
+    column whose values ``kinds=`` maps to ``insert``, ``cti``, ``join``, ``leave`` (default:
+    those words); ``None``: every row is an insert. ``end_col``: an interval's end (same type
+    as ``time_col``; null: a point).
 
-    The result is append-only; pass it to ``split_late`` to send late rows to a second sink.
+    ``delay``: how long the merged CTI waits for the slowest clock: ``"30 seconds"``,
+    ``"5m"``, ``"PT5M"``, int ns, ``timedelta`` (``None``: 5 minutes for goldilocks).
+    ``policy``: ``"goldilocks"``, ``"max"``, ``"min"`` (over live sources), or any policy
+    object (``operators.goldilocks(delay, …)``, a third party's). ``on_late``: ``"drop"`` or
+    ``"adjust"`` (clip a late interval that still overlaps).
+
+    ``advance``: CTI generation per source, the keyword arguments of the engine's
+    ``advance_time``: ``{"every_events": 1}`` (the default without ``kind_col``: each reading
+    promises nothing older from its device), ``{"every_events": 100}``,
+    ``{"every": "10 seconds"}``, plus ``"delay"`` (how far a device's own readings may be out
+    of order) and ``"on_late"`` (default: the stage's); ``None`` with ``kind_col``: the
+    stream's own CTIs only.
+
+    ``group_col``: one clock per value (or per combination of several columns).
+    ``order_by``: arrival-order columns: each micro-batch's rows in that order, as the engine
+    takes them (one task per clock group); without, rows of a micro-batch are taken in
+    event-time order and judged against the CTI at its start (``docs/spark.md``).
+
+    ``state_dir``: where the clock lives between micro-batches (required for a stream; like a
+    checkpoint location). ``late_path``: where late and rejected rows are written (default
+    ``<state_dir>/late``); ``keep_late=True`` keeps them in the output instead, with
+    ``late_action`` and ``late_reason`` (``split_late`` separates them). ``names``: rename the
+    added columns (``cti``, ``late_action``, ``late_reason``, ``event_time``). ``name``: the
+    observed metrics' name and the state's folder (two stages in one query need two names).
+
+    The result: the input's columns (every one nullable), ``event_time`` when ``time_col`` is
+    an integer, and ``cti`` (the CTI the row was judged against; null before the first). A
+    stream gets a watermark that follows the CTI (module docstring).
     """
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    if not stream_df.isStreaming:
-        raise InputError("watermark_stage: expected a streaming DataFrame (spark.readStream…); "
-                         "for a recorded log use spark_adapter.replay")
-    use_driver_python(stream_df.sparkSession)  # before per_group is shipped with its Python
-    if isinstance(policy, str):  # the engine's defaults (goldilocks.replay)
-        if delay is None:
-            delay = "5m" if policy == "goldilocks" else 0
-        built = resolve_policy(policy, delay=delay, on_late=on_late)
-        config_policy: Any = policy
-    else:
-        built = policy
-        config_policy = policy
-    if order_by is None:
-        order = tuple(ORDER_COLUMNS) if ORDER_COLUMNS[0] in stream_df.columns else ("seq",)
-    else:
-        order = tuple(order_by)
-    needed = ["kind", "start", "end", "source", *order] + ([group_col] if group_col else [])
-    missing = [c for c in needed if c not in stream_df.columns]
-    if missing:
-        raise InputError(f"watermark_stage: the stream lacks column(s) {', '.join(missing)}; "
-                         "expected the event-log schema (spark_adapter.schema.EVENT_LOG_SCHEMA)")
-    taken = [c for c in ("cti", "late_action", "original_start", "event_time", "cti_time")
-             if c in stream_df.columns] + [c for c in stream_df.columns if c.startswith("_gl_")]
-    if taken:
-        raise InputError(f"watermark_stage: input column(s) {taken} clash with the stage's")
-
-    integral = tuple(f.name for f in stream_df.schema.fields if isinstance(f.dataType, _INTEGRAL))
-    config = StageConfig(config_policy, built.delay, built.on_late, order, integral)
-
-    # Integral columns travel as (value, is-null): pandas would make nullable ints float64.
-    shipped = stream_df.select(
-        *[F.coalesce(F.col(c), F.lit(0).cast(stream_df.schema[c].dataType)).alias(c)
-          if c in integral else F.col(c) for c in stream_df.columns],
-        *[F.col(c).isNull().alias(_NULL + c) for c in integral])
-    key = group_col or _CLOCK
-    if group_col is None:
-        shipped = shipped.withColumn(_CLOCK, F.lit(0))
-    fields = list(shipped.schema.fields)
-    fields += [StructField("cti", LongType(), False), StructField("late_action", stream_df.schema["kind"].dataType, True),
-               StructField("original_start", LongType(), False)]
-    fields += [StructField(_NULL + c, BooleanType(), False) for c in ("cti", "original_start")]
-    out_schema = StructType(fields)
-
-    def per_group(group: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        import pandas as pd
-
-        cti, blob = state.get if state.exists else (None, None)
-        pdf = pd.concat(list(frames), ignore_index=True)
-        out, cti, blob = run_stage_batch(config, pdf, cti, blob, policy=_policy_cache(config))
-        state.update((cti, blob))
-        yield out[[f.name for f in out_schema.fields]]
-
-    staged = shipped.groupBy(key).applyInPandasWithState(
-        per_group, out_schema, _STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
-    restored = {c: F.when(F.col(_NULL + c), F.lit(None).cast(staged.schema[c].dataType))
-                .otherwise(F.col(c)).alias(c) for c in (*integral, "cti", "original_start")}
-    keep = [c for c in staged.columns if not c.startswith(_NULL) and c != _CLOCK or c == group_col]
-    staged = staged.select(*[restored.get(c, F.col(c)) for c in keep])
-    cti_time = F.timestamp_micros(F.coalesce(_floor_micros("cti"), F.lit(0).cast("bigint")))
-    staged = staged.select("*", cti_time.alias("cti_time")).withWatermark(
-        "cti_time", WATERMARK_THRESHOLD)
-    # ``event_time`` is marked as an event-time column of that same watermark (Spark's
-    # metadata key), so downstream aggregations may group by ``window("event_time", …)``:
-    # Spark then closes event-time windows by the CTI, not by max(event time).
-    marked = {_DELAY_KEY: _THRESHOLD_MS}
-    return staged.select(
-        *[c for c in staged.columns if c != "cti_time"],
-        F.timestamp_micros(_floor_micros("start")).alias("event_time", metadata=marked),
-        "cti_time")
+    spec = stage_plan(df, delay=delay, time_col=time_col, source_col=source_col,
+                      kind_col=kind_col, advance=advance, policy=policy, on_late=on_late,
+                      group_col=group_col, order_by=order_by, end_col=end_col,
+                      time_unit=time_unit, kinds=kinds, names=names, state_dir=state_dir,
+                      late_path=late_path, keep_late=keep_late, name=name)
+    use_driver_python(df.sparkSession)  # before the function is shipped with its Python
+    source = df
+    if spec.plan == "sequential":  # a clock group's rows in one task, which sorts them
+        source = df.repartition(*spec.group_cols) if spec.group_cols else df.repartition(1)
+    decided = source.mapInArrow(_task_function(spec), _decided_schema(spec, df))
+    if spec.streaming:
+        decided = decided.withWatermark(WM, WATERMARK_THRESHOLD).observe(
+            name,
+            F.max(WM).alias("cti"),
+            F.count(F.when(F.col(LATE_COUNT).isNull(), 1)).alias("rows"),
+            F.coalesce(F.sum(LATE_COUNT), F.lit(0)).alias("late"),
+            F.coalesce(F.sum(BAD_COUNT), F.lit(0)).alias("rejected"))
+    names_ = spec.name_of
+    event_col = spec.time_col if spec.time_is_timestamp else names_["event_time"]
+    out: list[Column] = []
+    for c in decided.columns:
+        if c in (WM, LATE_COUNT, BAD_COUNT):
+            continue
+        if spec.streaming and c == event_col:  # an event-time column of the same watermark
+            out.append(F.col(c).alias(c, metadata={_DELAY_KEY: _THRESHOLD_MS}))
+        else:
+            out.append(F.col(c))
+    return decided.where(F.col(LATE_COUNT).isNull()).select(*out)  # not a marker row
 
 
-_POLICIES: dict = {}
+def split_late(staged: DataFrame, names: dict | None = None) -> tuple[DataFrame, DataFrame]:
+    """``(events, late)`` from a ``watermark_stage(..., keep_late=True)`` frame (driver).
 
-
-def _policy_cache(config: StageConfig) -> Policy:
-    """The built policy, once per Python worker (executor side)."""
-    key = (repr(config.policy), config.delay, config.on_late)
-    found = _POLICIES.get(key)
-    if found is None:
-        found = _POLICIES[key] = config.build()
-    return found
-
-
-def split_late(staged: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``(events, late)`` from ``watermark_stage``'s output, for two sinks.
-
-    ``events``: what the engine emits (on-time and adjusted inserts, emitted CTIs) with the
-    input columns, ``cti``, ``event_time`` and ``cti_time``. ``late``: every late insert as it
-    arrived (``start`` is the original), with ``cti`` (the CTI it violated), ``action`` and
-    ``adjusted_start`` — the shape of ``replay``'s late frame and the engine's late file. Each
-    is a lazy view of the same stream: starting both runs the stage once per query (give each
-    its own checkpoint), or write both from one ``foreachBatch``. Runs on the driver.
+    ``events``: the data rows (on time, and adjusted ones clipped) without the two late
+    columns; ``late``: every late or rejected row as it arrived, with ``cti`` (the CTI it
+    broke), ``late_action`` and ``late_reason``. Both are views of one frame: in
+    ``foreachBatch``, ``persist()`` the batch before writing both, or the stage runs twice.
     """
-    missing = [c for c in ("late_action", "original_start", "cti") if c not in staged.columns]
+    chosen = {**DEFAULT_NAMES, **(names or {})}
+    action, reason = chosen["late_action"], chosen["late_reason"]
+    missing = [c for c in (action, reason) if c not in staged.columns]
     if missing:
-        raise InputError(f"split_late: expected watermark_stage's output; lacks {missing}")
-    action = F.col("late_action")
-    events = staged.where(action.isNull() | (action == F.lit("adjusted"))).drop(
-        "late_action", "original_start")
-    columns = [c for c in staged.columns if c not in ("late_action", "original_start")]
-    late = staged.where(action.isNotNull()).select(
-        *[F.col("original_start").alias("start") if c == "start" else F.col(c) for c in columns],
-        action.alias("action"),
-        F.when(action == F.lit("adjusted"), F.col("start")).alias("adjusted_start"))
+        raise InputError(f"split_late: expected watermark_stage(..., keep_late=True)'s output; "
+                         f"it lacks {missing}")
+    events = staged.where(F.col(reason).isNull()).drop(action, reason)
+    late = staged.where(F.col(reason).isNotNull())
     return events, late

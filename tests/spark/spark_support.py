@@ -108,3 +108,73 @@ def engine_replay_bytes(paths: Sequence[Any], tmp_path: Any, **options: Any) -> 
     out, late = tmp_path / "engine-out.jsonl", tmp_path / "engine-late.jsonl"
     engine_replay([str(p) for p in paths], out=out, late=late, **options)
     return out.read_bytes(), late.read_bytes()
+
+
+# -- a Spark user's readings, for the watermarking stage -----------------------------------------
+
+READINGS_SCHEMA = "device_id string, ts timestamp, temperature double, id bigint, seq bigint"
+_EPOCH_2026 = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z in ns
+
+
+def reading_time(ns: int) -> str:
+    """An ISO-8601 UTC instant with microseconds (what a device would send)."""
+    from engine.times import format_ns
+
+    text = format_ns(ns)  # ...T00:00:01.500000000Z
+    return text[:-4] + "Z"
+
+
+def write_readings(directory: Any, batches: Sequence[Sequence[Any]], *, seq: bool = False,
+                   kind: bool = False, first: int = 0) -> None:
+    """One JSON Lines file per micro-batch (``stage_reference.Row`` items), modification times
+    in batch order, as Spark's file source picks them (``maxFilesPerTrigger=1``)."""
+    import json
+    import os
+    from pathlib import Path
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for k, rows in enumerate(batches, start=first):
+        path = directory / f"readings-{k:04d}.json"
+        with open(path, "w") as out:
+            for r in rows:
+                record = {"device_id": r.source, "temperature": 20.0 + (r.id % 7), "id": r.id}
+                if r.time is not None:
+                    record["ts"] = reading_time(r.time)
+                if seq:
+                    record["seq"] = r.arrival
+                if kind:
+                    record["kind"] = r.kind
+                if r.group != ():
+                    record["site"] = r.group[0]
+                out.write(json.dumps(record) + "\n")
+        os.utime(path, (1_700_000_000 + k, 1_700_000_000 + k))
+
+
+def random_readings(seed: int, batches: int = 4, per_batch: int = 12, devices: str = "ABC",
+                    late_share: float = 0.2, step_s: int = 10) -> list[list[Any]]:
+    """Readings of a few devices in micro-batches: each device's clock mostly advancing,
+    some readings from the past (late for their device or for everyone), all (time, device)
+    distinct, microsecond times from 2026-01-01."""
+    import random
+
+    from stage_reference import Row
+
+    rng = random.Random(seed)
+    out, used, next_id = [], set(), 0
+    for b in range(batches):
+        rows = []
+        for _ in range(per_batch):
+            device = rng.choice(devices)
+            while True:
+                base = b * step_s * 10**9 + rng.randint(0, step_s * 10**6) * 1000
+                if rng.random() < late_share:
+                    base -= rng.randint(1, 3 * step_s) * 10**9
+                t = _EPOCH_2026 + max(base, 0)
+                if (t, device) not in used:
+                    used.add((t, device))
+                    break
+            rows.append(Row(next_id, device, t, arrival=next_id))
+            next_id += 1
+        out.append(rows)
+    return out

@@ -1,6 +1,7 @@
 """The streaming pieces with a real local session: the ``"goldilocks"`` source over a directory
-of rolling-sink parts, ``watermark_stage`` equal to ``goldilocks.replay`` across micro-batches,
-Spark's watermark following the CTI, and a restart from a checkpoint."""
+of rolling-sink parts, ``watermark_stage`` over our own log format (``EVENT_LOG_STAGE``) equal
+to ``goldilocks.replay`` across micro-batches, Spark's watermark following the CTI, and a
+restart from a checkpoint that really runs a batch again."""
 
 from __future__ import annotations
 
@@ -67,13 +68,18 @@ def _stream(spark, directory, **options):
 
 
 def _canonical(rows):
-    """The stage's rows as the engine's output and late bytes (the split ``split_late`` does)."""
+    """The stage's rows (``keep_late=True``) as the engine's output and late bytes, CTIs left
+    out of the engine's output (the stage's output holds data rows only)."""
     rows = sorted(rows, key=lambda r: r["order_key"])
-    events = [r for r in rows if r["late_action"] in (None, "adjusted")]
-    late = [dict(r.asDict(), start=r["original_start"], action=r["late_action"],
-                 adjusted_start=r["start"] if r["late_action"] == "adjusted" else None)
-            for r in rows if r["late_action"] is not None]
+    events = [dict(r.asDict(), kind="insert") for r in rows if r["late_reason"] is None]
+    late = [dict(r.asDict(), action=r["late_action"],
+                 adjusted_start=r["cti"] if r["late_action"] == "adjusted" else None)
+            for r in rows if r["late_reason"] is not None]
     return canonical_events(events), canonical_late(late)
+
+
+def _without_ctis(output: bytes) -> bytes:
+    return b"".join(line + b"\n" for line in output.splitlines() if b'"kind":"cti"' not in line)
 
 
 def _concatenated(tmp_path, parts):
@@ -82,45 +88,37 @@ def _concatenated(tmp_path, parts):
     return path
 
 
+def _stage(stream, tmp_path, **options):
+    from spark_adapter import EVENT_LOG_STAGE, watermark_stage
+
+    return watermark_stage(stream, **EVENT_LOG_STAGE, state_dir=str(tmp_path / "state"),
+                           keep_late=True, **options)
+
+
 @pytest.mark.parametrize("policy, delay, on_late", [("goldilocks", "7s", "adjust"),
                                                      ("min", None, "drop")])
-def test_stage_over_micro_batches_equals_the_engine(spark, tmp_path, policy, delay, on_late):
-    from spark_adapter import watermark_stage
-
+def test_event_log_parts_through_the_stage_equal_goldilocks_replay(spark, tmp_path, policy,
+                                                                  delay, on_late):
+    """Our own log format through the stage, in its arrival order: the engine's replay of
+    the concatenated parts (inserts, intervals clipped, joins and leaves, late records)."""
     parts = _random_parts(seed=len(policy))
     _write_parts(tmp_path / "parts", parts)
-    staged = watermark_stage(_stream(spark, tmp_path / "parts", maxFilesPerTrigger=1),
-                             delay=delay, policy=policy, on_late=on_late)
+    staged = _stage(_stream(spark, tmp_path / "parts", maxFilesPerTrigger=1), tmp_path,
+                    delay=delay, policy=policy, on_late=on_late)
     name = f"stage_{policy}"
     query = _run_available_now(staged, name, tmp_path / "ck")
     assert [p["numInputRows"] for p in query.recentProgress][:4] == [len(p) for p in parts]
     got = _canonical(spark.table(name).collect())
-    want = engine_replay_bytes([_concatenated(tmp_path, parts)], tmp_path, delay=delay,
-                               policy=policy, on_late=on_late)
-    assert want[1], "the log has late events, so the comparison can fail"
-    assert got == want
-
-
-def test_group_col_gives_independent_clocks_in_one_stage(spark, tmp_path):
-    from pyspark.sql import functions as F
-
-    from spark_adapter import watermark_stage
-
-    parts = _random_parts(seed=11, n_parts=3)
-    _write_parts(tmp_path / "parts", parts)
-    stream = _stream(spark, tmp_path / "parts").withColumn(
-        "site", F.when(F.col("source") == "A", "north").otherwise("south"))
-    staged = watermark_stage(stream, delay="3s", group_col="site")
-    _run_available_now(staged, "stage_groups", tmp_path / "ck")
-    rows = spark.table("stage_groups").collect()
-    for site, sources in (("north", {"A"}), ("south", {"B", "C"})):
-        log = [[rec for rec in part if rec["source"] in sources] for part in parts]
-        want = engine_replay_bytes([_concatenated(tmp_path, log)], tmp_path, delay="3s")
-        assert _canonical([r for r in rows if r["site"] == site]) == want
+    out, late = engine_replay_bytes([_concatenated(tmp_path, parts)], tmp_path, delay=delay,
+                                    policy=policy, on_late=on_late)
+    assert late, "the log has late events, so the comparison can fail"
+    assert got == (_without_ctis(out), late)
 
 
 def test_spark_watermark_follows_the_cti_one_batch_later(spark, tmp_path):
-    from spark_adapter import cti_to_watermark_ms, watermark_stage
+    from datetime import datetime
+
+    from spark_adapter import cti_to_watermark_ms
 
     ms = 10**6
     parts = [[{"source": "A", "kind": "insert", "start": 5 * S},
@@ -130,26 +128,29 @@ def test_spark_watermark_follows_the_cti_one_batch_later(spark, tmp_path):
              [{"source": "A", "kind": "cti", "start": 20 * S}],  # does not advance time
              [{"source": "A", "kind": "insert", "start": 60 * S}]]
     _write_parts(tmp_path / "parts", parts)
-    staged = watermark_stage(_stream(spark, tmp_path / "parts", maxFilesPerTrigger=1), delay="2s")
+    staged = _stage(_stream(spark, tmp_path / "parts", maxFilesPerTrigger=1), tmp_path,
+                    delay="2s")
     query = _run_available_now(staged, "stage_wm", tmp_path / "ck")
     marks = [p["eventTime"]["watermark"] for p in query.recentProgress]
     ctis = [None, 10 * S + 345 * ms + 678, 38 * S, 38 * S, 38 * S]  # in force after batch k-1
     expected = [cti_to_watermark_ms(c) if c is not None else 0 for c in ctis]
-    from datetime import datetime
-
     as_ms = [int(datetime.fromisoformat(m.replace("Z", "+00:00")).timestamp() * 1000)
              for m in marks]
     assert as_ms[:4] == expected[:4]
     assert as_ms[1] == 10_344  # 10.345678 s -> 10 345 ms -> watermark 10 344 ms
     rows = spark.table("stage_wm").orderBy("order_key").collect()
-    assert [(r["kind"], r["cti"]) for r in rows] == [
-        ("insert", None), ("cti", 10 * S + 345 * ms + 678), ("insert", 10 * S + 345 * ms + 678),
-        ("cti", 38 * S), ("insert", 38 * S)]
-    assert [r["cti_time"].timestamp() for r in rows][:2] == [0.0, 10.345]  # floored to µs
+    # each data row carries the CTI in force when its micro-batch began
+    assert [(r["start"], r["cti"]) for r in rows] == [(5 * S, None), (30 * S, ctis[1]),
+                                                      (60 * S, 38 * S)]
+    observed = [p["observedMetrics"]["goldilocks"]["cti"] for p in query.recentProgress[:4]]
+    assert observed[1] == "1970-01-01 00:00:38"  # the CTI after each batch, as it ends
 
 
-def test_restart_keeps_the_cti_and_the_position_exactly_once(spark, tmp_path):
-    from spark_adapter import watermark_stage
+def test_restart_keeps_the_cti_and_reruns_a_batch_exactly_once(spark, tmp_path):
+    """Stop, add parts, restart (the CTI survives in the stage's state files), then delete the
+    last commit so that Spark runs that batch again — into a sink that really re-runs it
+    (``foreachBatch`` overwriting per batch id; a file sink would skip the batch)."""
+    from spark_adapter import EVENT_LOG_STAGE, read_stage_state, watermark_stage
 
     directory = tmp_path / "parts"
     first = [Event.point(5 * S, source="A"), Event.cti(50 * S, source="A"),
@@ -157,32 +158,44 @@ def test_restart_keeps_the_cti_and_the_position_exactly_once(spark, tmp_path):
     sink = RollingFileSink(directory, max_events=2)
     from_iterable(first).subscribe(sink)
     assert sink.done and len(sink.published) == 2
-    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    out, checkpoint, state = tmp_path / "out", tmp_path / "ck", tmp_path / "state"
+    runs: list = []
+
+    def write(batch, batch_id):
+        runs.append(batch_id)
+        batch.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
 
     def run():
-        staged = watermark_stage(_stream(spark, directory, maxFilesPerTrigger=1), delay="10s")
-        return _run_available_now(staged, "restart", checkpoint, sink="parquet", path=out)
+        staged = watermark_stage(_stream(spark, directory, maxFilesPerTrigger=1),
+                                 **EVENT_LOG_STAGE, delay="10s", state_dir=str(state),
+                                 keep_late=True)
+        query = (staged.writeStream.foreachBatch(write)
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(TIMEOUT)
+        assert query.exception() is None
+        return query
 
     q1 = run()
     assert sum(p["numInputRows"] for p in q1.recentProgress) == 4
-    state = spark.read.format("statestore").load(str(checkpoint)).collect()
-    assert [r["value"]["groupState"]["cti"] for r in state] == [50 * S]  # the high-water CTI
-
     # more parts arrive while the query is down; the first one is late against CTI 50 s
     second = [Event.point(45 * S, source="C"), Event.cti(70 * S, source="C"),
               Event.point(65 * S, source="C")]
     sink2 = RollingFileSink(directory, max_events=2, first_seq=4)
     from_iterable(second).subscribe(sink2)
-    assert [p.rsplit("-", 1)[1] for p in sink2.published] == ["000002.jsonl", "000003.jsonl"]
     q2 = run()
     assert sum(p["numInputRows"] for p in q2.recentProgress) == 3  # only the new parts
+    saved = read_stage_state(str(state), str(q2.id))
+    assert saved["groups"][()] == 60 * S  # C's CTI at 70 s, delayed: after the batch but one
 
     # replay the last batch as after a crash between writing and committing it
     last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     (checkpoint / "commits" / str(last)).unlink()
     (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    runs.clear()
     q3 = run()
-    assert q3.recentProgress[0]["batchId"] == last  # the uncommitted batch ran again
+    assert q3.recentProgress[0]["batchId"] == last and runs[0] == last  # ran again, for real
+    assert q3.recentProgress[0]["numInputRows"] == 1
 
     rows = spark.read.parquet(str(out)).collect()
     assert len(rows) == len({(r["file_index"], r["line"]) for r in rows})  # no duplicates
@@ -191,18 +204,18 @@ def test_restart_keeps_the_cti_and_the_position_exactly_once(spark, tmp_path):
     with open(log, "ab") as f:
         for n in (1, 2, 3):
             f.write((directory / f"events-{n:06d}.jsonl").read_bytes())
-    want = engine_replay_bytes([log], tmp_path, delay="10s")
-    assert b'"start":45000000000' in want[1]  # late only if the CTI survived the restart
-    assert _canonical(rows) == want
+    want_out, want_late = engine_replay_bytes([log], tmp_path, delay="10s")
+    assert b'"start":45000000000' in want_late  # late only if the CTI survived the restart
+    assert _canonical(rows) == (_without_ctis(want_out), want_late)
+    files = sorted(p.name for p in (state / str(q3.id) / "goldilocks").iterdir())
+    assert len(files) <= 2 + 1 + 3, files  # begun, snapshots kept, this batch's partials
 
 
 def test_a_malformed_part_fails_the_query_with_the_engines_message(spark, tmp_path):
-    from spark_adapter import watermark_stage
-
     directory = tmp_path / "parts"
     _write_parts(directory, [[{"source": "A", "kind": "insert", "start": 1}]])
     (directory / "events-000001.jsonl").write_text('{"source": "A", "kind": "cti"}\n')
-    staged = watermark_stage(_stream(spark, directory), delay=0)
+    staged = _stage(_stream(spark, directory), tmp_path, delay=0)
     query = (staged.writeStream.format("memory").queryName("bad_part")
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
     with pytest.raises(Exception) as error:
@@ -244,9 +257,3 @@ def test_the_source_lists_only_published_parts_of_its_prefix(tmp_path):
     assert reader.latestOffset(end, ReadAllAvailable()) == {"part": 2}  # not the new part 3
 
 
-def test_stage_rejects_a_batch_frame_and_missing_columns(spark):
-    from engine.errors import InputError
-    from spark_adapter import watermark_stage
-
-    with pytest.raises(InputError, match="streaming"):
-        watermark_stage(spark.range(3), delay=0)
