@@ -20,9 +20,10 @@ consecutive pieces of one stream, so the source orders rows by part, then line:
 serialised as ``{"part": n}``. A micro-batch reads the parts in ``(start, end]``, one task per
 part; parts are immutable, so re-reading a range after a restart gives the same rows
 (exactly-once with a checkpoint and an idempotent sink). Options: ``prefix`` (default
-``events``), ``maxFilesPerTrigger``, ``bad_records`` (``fail``, ``skip``, ``quarantine``) and
-``quarantine`` (a directory). ``trigger(availableNow=True)`` reads the parts present when the
-query starts, then stops.
+``events``), ``maxFilesPerTrigger``, ``bad_records`` (``fail``, ``skip``, ``quarantine``),
+``quarantine`` (a directory) and ``time_unit`` (of integer times: ``s``, ``ms``, ``us``,
+``ns``). ``trigger(availableNow=True)`` reads the parts present when the query starts, then
+stops.
 """
 
 from __future__ import annotations
@@ -200,7 +201,8 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict) ->
     dumps = orjson.dumps
     try:
         states: list = []
-        for chunk in merge_columns([path], table=table, bad=bad, modes=states):
+        for chunk in merge_columns([path], table=table, bad=bad, modes=states,
+                                   time_unit=options.get("time_unit")):
             n = len(chunk)
             if not n:
                 continue
@@ -365,7 +367,8 @@ def register(spark: Any) -> None:
 
 
 def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathLike], *,
-                   bad_records: str = "fail", quarantine: str | os.PathLike | None = None) -> Any:
+                   bad_records: str = "fail", quarantine: str | os.PathLike | None = None,
+                   time_unit: str | None = None) -> Any:
     """Read event-log files (JSON Lines, CSV, Parquet) into a DataFrame: ``EVENT_LOG_SCHEMA``.
 
     ``path``: a file, a directory (its log files by name) or a list of them; the list order is
@@ -374,10 +377,13 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
     engine's reader. ``bad_records``: ``fail`` (the default: the first action fails with the
     engine's ``FILE:LINE: …`` message), ``skip``, or ``quarantine`` (skipped records written to
     ``quarantine``, a directory, one ``<file index>-<name>.bad.jsonl`` per file, in the
-    engine's quarantine format).
+    engine's quarantine format). ``time_unit``: the unit of the logs' integer times, ``"s"``,
+    ``"ms"``, ``"us"`` or ``"ns"`` (``None``: nanoseconds, refusing integers implausible as
+    such — the engine's rule, ``eventlog.time_scale``); typed timestamps keep their own.
     """
-    from eventlog import BAD_RECORD_MODES
+    from eventlog import BAD_RECORD_MODES, time_scale
 
+    time_scale(time_unit)  # refused here, on the driver, with the engine's message
     if bad_records not in BAD_RECORD_MODES:
         raise InputError(f"read_event_log: bad_records={bad_records!r}; expected one of "
                          f"{', '.join(BAD_RECORD_MODES)}")
@@ -389,6 +395,8 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
               .option("bad_records", bad_records))
     if quarantine is not None:
         reader = reader.option("quarantine", os.path.abspath(os.fspath(quarantine)))
+    if time_unit is not None:
+        reader = reader.option("time_unit", time_unit)
     try:
         return reader.load()  # creates the source in a Python worker: it must import us
     except Exception as err:

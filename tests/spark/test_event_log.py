@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from engine.errors import BadRecordError, InputError
 from eventlog import write_log
 from goldilocks.replay import replay as engine_replay
+from spark_adapter.schema import ORDER_COLUMNS
 from spark_support import canonical_events, canonical_late, engine_replay_bytes
 
 pytestmark = pytest.mark.spark
@@ -233,3 +234,25 @@ def test_bad_arguments_are_refused_on_the_driver(spark, tmp_path):
         read_event_log(spark, tmp_path, bad_records="ignore")
     with pytest.raises(InputError, match="quarantine"):
         read_event_log(spark, tmp_path, bad_records="quarantine")
+
+
+def test_time_unit_reads_integer_times_as_the_engine_does(spark, tmp_path):
+    """Epoch seconds in a log: refused with the engine's message without a unit, read as
+    the engine reads them with ``time_unit="s"`` (also a bad unit is refused at once)."""
+    from spark_adapter import read_event_log, replay
+
+    log = tmp_path / "seconds.jsonl"
+    write_log(log, [{"source": "A", "kind": "insert", "start": 1_795_334_401},
+                    {"source": "A", "kind": "cti", "start": 1_795_334_460},
+                    {"source": "B", "kind": "insert", "start": 1_795_334_402}])
+    with pytest.raises(Exception, match="looks like seconds since the epoch"):
+        read_event_log(spark, log).collect()
+    with pytest.raises(InputError, match="time_unit='sec'"):
+        read_event_log(spark, log, time_unit="sec")
+    frame = read_event_log(spark, log, time_unit="s")
+    assert [r["start"] for r in frame.orderBy("line").collect()] == [
+        1_795_334_401 * 10**9, 1_795_334_460 * 10**9, 1_795_334_402 * 10**9]
+    events, late = replay(frame, delay="30s")
+    out, late_bytes = engine_replay_bytes([log], tmp_path, delay="30s", time_unit="s")
+    assert canonical_events(events.orderBy(*ORDER_COLUMNS).collect()) == out
+    assert canonical_late(late.orderBy(*ORDER_COLUMNS).collect()) == late_bytes != b""
