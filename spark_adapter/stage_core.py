@@ -537,6 +537,7 @@ class ParallelDecider(_Decider):
         self.delay = self.policy.delay
         self.accepted: dict = {}   # (group, source) -> largest start accepted by the generator
         self.input_ctis: dict = {}  # (group, source) -> largest input CTI
+        self.left: set = set()      # (group, source) that left: its generator ends with the batch
         self.groups_seen: set = set()
 
     def decide(self, rows: Rows) -> Decided:
@@ -550,7 +551,9 @@ class ParallelDecider(_Decider):
         start = rows.start
         judge = np.array([self.judge(g) for g in rows.group_keys], np.int64)[rows.group]
         d.row_cti = judge
-        self.groups_seen.update(rows.group_keys[int(i)] for i in np.unique(rows.group[good]))
+        if good.any():
+            present = np.bincount(rows.group[good], minlength=len(rows.group_keys))
+            self.groups_seen.update(rows.group_keys[int(i)] for i in np.flatnonzero(present))
         pair = np.where(rows.pair < 0, 0, rows.pair)
         new_start = start
         if self.generate:
@@ -573,6 +576,7 @@ class ParallelDecider(_Decider):
                         d.adjusted = True
         else:
             accepted = insert
+        gen_start = new_start
         late = accepted & (new_start < judge)  # TS §2.4 at the merge
         on_time = accepted & ~late
         if late.any():
@@ -584,6 +588,7 @@ class ParallelDecider(_Decider):
                 own = self._own_high(rows)
                 behind = late & (new_start >= own)
                 d.reason[behind] = _PUBLISHED
+                d.late_cti = np.where(late & ~behind, own, d.late_cti)  # its group's, first
                 may_clip = late & (own >= judge)  # dropped, never clipped, behind it
             if self.adjust and rows.has_end is not None:  # TS §3.2
                 assert rows.end is not None
@@ -595,12 +600,16 @@ class ParallelDecider(_Decider):
                     on_time |= clip
         d.keep = on_time
         d.start = new_start
-        # what the rows did to the state: the generator's accepted starts, the input CTIs
+        # what the rows did to the state: the starts the generator accepted (clipped by the
+        # generator only: it passed them on before the merge judged them), the input CTIs
         if accepted.any():
-            _max_into(self.accepted, keys, pair[accepted], new_start[accepted])
+            _max_into(self.accepted, keys, pair[accepted], gen_start[accepted])
         cti_rows = good & (rows.kind == KIND_CTI)
         if cti_rows.any():
             _max_into(self.input_ctis, keys, pair[cti_rows], start[cti_rows])
+        leaves = good & (rows.kind == LEAVE)  # leaves come last in a micro-batch
+        if leaves.any():
+            self.left.update(keys[int(i)] for i in np.unique(pair[leaves]))
         self.count(d, rows)
         return d
 
@@ -633,6 +642,7 @@ class ParallelDecider(_Decider):
         return {"groups": made,
                 "sources": {k: (self.accepted.get(k), self.input_ctis.get(k))
                             for k in set(self.accepted) | set(self.input_ctis)},
+                "left": sorted(self.left, key=repr),
                 "marker": self.marker({g: v for g, v in made.items()}),
                 "counts": dict(self.counts)}
 
@@ -666,7 +676,9 @@ def fold_parallel(state: StageState, partials: Iterable[dict], spec: StageSpec) 
     published = state.published
     accepted: dict = {}
     ctis: dict = {}
+    left: set = set()
     for part in partials:
+        left.update(part["left"])
         for g, made in part["groups"].items():
             groups[g] = _none_max(groups.get(g), made)
         for key, (acc, cti) in part["sources"].items():
@@ -680,6 +692,8 @@ def fold_parallel(state: StageState, partials: Iterable[dict], spec: StageSpec) 
         if spec.advance is not None and max_start is not None:
             last = _none_max(last, _floor(max_start - gen_delay))
         sources[key] = (max_start, last)
+    for key in left:  # a source that left comes back as a new input, with a new generator
+        sources.pop(key, None)
     return StageState(state.fingerprint, groups, sources, published, state.batch)
 
 

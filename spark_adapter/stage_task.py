@@ -83,15 +83,23 @@ class OutputShape:
         return [pa.nulls(n, self.ts_type), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())]
 
 
-def _reasons(d: Decided, rows: Any, picked: np.ndarray, spec: StageSpec) -> list:
+def _reasons(d: Decided, rows: Any, picked: np.ndarray, spec: StageSpec) -> Any:
+    """``late_reason`` of the picked rows: one text per distinct reason (and unknown kind)."""
+    import pyarrow as pa
+
     kinds = [value for value, _ in spec.kinds] or list(KIND_NAMES[:1])
-    out = []
-    for i in picked:
+    codes = d.reason[picked].astype(np.int64)
+    if rows.kind_index is not None:  # an unknown kind's text names the value
+        codes = codes * (len(rows.kind_values) + 1) + (rows.kind_index[picked] + 1)
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    texts = []
+    for code in distinct:
         value = None
-        if rows.kind_values is not None and rows.kind_index[i] >= 0:
-            value = rows.kind_values[rows.kind_index[i]]
-        out.append(reason_text(int(d.reason[i]), value, kinds))
-    return out
+        if rows.kind_index is not None:
+            code, index = divmod(int(code), len(rows.kind_values) + 1)
+            value = rows.kind_values[index - 1] if index else None
+        texts.append(reason_text(int(code), value, kinds))
+    return pa.array(texts, pa.string()).take(pa.array(inverse.reshape(-1)))
 
 
 def _data_batch(shape: OutputShape, batch: Any, d: Decided) -> Any:
@@ -138,7 +146,7 @@ def _late_batch(shape: OutputShape, batch: Any, d: Decided, rows: Any) -> Any:
         columns.append(event_time)
     columns.append(shape.instants(d.late_cti[picked], "cti"))
     columns.append(pa.array(np.array(ACTIONS, dtype=object)[d.action[picked]], pa.string()))
-    columns.append(pa.array(_reasons(d, rows, picked, shape.spec), pa.string()))
+    columns.append(_reasons(d, rows, picked, shape.spec))
     if shape.spec.keep_late:
         columns += shape.internal_nulls(len(picked))
         return pa.RecordBatch.from_arrays(columns, schema=shape.out_schema)

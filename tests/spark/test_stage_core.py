@@ -263,3 +263,44 @@ def test_options_are_checked_with_the_engines_messages():
     assert build_policy("goldilocks", "5 minutes", "drop", "x").delay == 300 * S
     assert dict(build_advance({"every": "10 seconds"}, "adjust", "x")) == {
         "every_events": None, "every": 10 * S, "delay": 0, "on_late": "adjust"}
+
+
+@pytest.mark.parametrize("case", ["leave", "group_behind", "merge_adjusted"])
+def test_cases_the_properties_found(case):
+    """Minimal streams on which the parallel plan once disagreed with the engine."""
+    if case == "leave":  # a source that leaves comes back with a fresh generator
+        policy, advance, groups = goldilocks(0), {"every_events": 1}, False
+        batches = [[Row(0, "A", 0), Row(1, "A", S), Row(2, "A", None, "leave")],
+                   [Row(3, "A", 0)]]
+    elif case == "group_behind":  # late for its own group: its group's CTI, not Spark's
+        policy, advance, groups = goldilocks(0), {"every_events": 1}, True
+        batches = [[Row(0, "A", 2 * S, group=("north",)), Row(1, "A", 0, group=("north",))],
+                   [Row(2, "B", S, group=("south",))], [Row(3, "C", 0, group=("south",))]]
+    else:  # the merge clipped an interval; the generator saw it unclipped
+        policy, advance, groups = goldilocks(2 * S, "adjust"), {"every_events": 1}, False
+        batches = [[Row(0, "B", 3 * S)], [Row(1, "A", 0), Row(2, "A", 0, end=2 * S)],
+                   [Row(3, "A", 0)]]
+    spec = _spec(policy, {**advance, "on_late": policy.on_late}, kinds=case == "leave",
+                 end=case == "merge_adjusted", groups=groups)
+    assert spec.plan == "parallel"
+    want = engine_stage(batches, policy=policy, advance=dict(spec.advance))
+    got, _ = run_deciders(spec, batches, seed=0)
+    assert {r.id: got.get(r.id) for b in batches for r in b if r.kind == "insert"} == {
+        r.id: want.outcomes.get(r.id) for b in batches for r in b if r.kind == "insert"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 10**6))
+def test_a_task_sorts_its_rows_in_the_documented_order(data, seed):
+    """The sequential plan's order inside a task (``stage_task.sorted_batches``) is the one
+    the engine is fed in the tests and the docs describe."""
+    from spark_adapter.stage_task import sorted_batches
+
+    rows = [r for b in data.draw(micro_batches(kinds=True, ends=True, groups=False)) for r in b]
+    random.Random(seed).shuffle(rows)
+    for arrival in (False, True):
+        spec = _spec(goldilocks(0), None, kinds=True, end=True, arrival=arrival)
+        spec = StageSpec(**{**spec.__dict__, "order_by": ("arrival",) if arrival else ()})
+        chunks = [_record_batch(rows[i:i + 3]) for i in range(0, len(rows), 3)]
+        got = [i for b in sorted_batches(spec, chunks) for i in b.column("id").to_pylist()]
+        assert got == [r.id for r in documented_order(rows, arrival)]
