@@ -1,8 +1,11 @@
-"""The watermarking stage's work inside a task: deciding a user's rows. No pyspark import.
+"""The watermarking stage's decisions inside a task: what each of a user's rows is, given the
+state at the start of its micro-batch. No pyspark import.
 
 ``spark_adapter.streaming.watermark_stage`` builds the plan on the driver; the function it
-ships to ``mapInArrow`` calls ``run_task`` on an executor with the task's Arrow record
-batches, the ``StageSpec`` (a frozen, picklable value) and the micro-batch it belongs to.
+ships to ``mapInArrow`` calls ``stage_task.run_task`` on an executor with the task's Arrow
+record batches, the ``StageSpec`` (``stage_spec``: a frozen, picklable value) and the
+micro-batch it belongs to; ``stage_rows`` reads the columns a decision needs, and the
+deciders here decide them.
 
 The engine's semantics (DESIGN §1, §5): every row of a source goes through that source's CTI
 generator (``operators.AdvanceTime``, the step behind ``advance_time``) when the stage
@@ -26,7 +29,7 @@ Two plans, chosen at plan time (``choose_plan``):
 ``sequential``
     One task holds all rows of a clock group, sorted by Spark (arrival order, or event-time
     order), and runs the engine's own steps row by row: any policy with a ``step`` (min,
-    a clock-ahead guard, a quantile), any generator settings, and rows in arrival order.
+    a quantile, a third party's), any generator settings, and rows in arrival order.
 
 State between micro-batches lives in side files (``spark_adapter.stage_state``).
 
@@ -41,37 +44,19 @@ group when the micro-batch ends (Spark's watermark is the maximum over them).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
-from engine import MAX_TIME, MIN_TIME, to_duration_ns
-from engine.errors import InputError
+from engine import MIN_TIME
 from engine.event import CTI, INTERVAL, POINT, Event, LateRecord
 from engine.policy import Policy
-from engine.times import NS_PER_S, NS_PER_US, TIME_UNITS, UNSCALED_RANGES
-from operators import AdvanceTime, GoldilocksPolicy, HighState
-from operators.policies import resolve_policy
+from spark_adapter.stage_rows import Rows
+from spark_adapter.stage_spec import (ADJUSTED, DROPPED, INSERT, JOIN, KIND_CTI, LEAVE,
+                                      MERGED_CTI, PUBLISHED, REJECTED, SOURCE_CTI, StageSpec)
 
 __all__ = [
-    "StageSpec",
-    "TaskInfo",
-    "build_policy",
-    "build_advance",
-    "choose_plan",
-    "running_max_policy",
-    "KIND_NAMES",
-    "INSERT",
-    "KIND_CTI",
-    "JOIN",
-    "LEAVE",
-    "ACTIONS",
-    "reason_text",
-    "TIME_FAULTS",
-    "read_rows",
-    "Rows",
     "Decided",
     "StageState",
     "GroupClock",
@@ -79,180 +64,8 @@ __all__ = [
     "new_decider",
     "ParallelDecider",
     "SequentialDecider",
-    "WM",
-    "LATE_COUNT",
-    "BAD_COUNT",
 ]
 
-# Row kinds as int8 codes; -1 marks a row whose kind is missing or unknown.
-INSERT, KIND_CTI, JOIN, LEAVE = 0, 1, 2, 3
-KIND_NAMES = ("insert", "cti", "join", "leave")
-
-# Late-side actions (``late_action``); 0 is a row on time.
-_ON_TIME, _ADJUSTED, _DROPPED, _REJECTED = 0, 1, 2, 3
-ACTIONS = (None, "adjusted", "dropped", "rejected")
-
-# Reasons (``late_reason``). Rejected rows: their data is unusable. Late rows: the CTI broken.
-_OK = 0
-_NULL_TIME, _TIME_RANGE, _UNSCALED_S, _UNSCALED_MS, _UNSCALED_US = 1, 2, 3, 4, 5
-_NULL_SOURCE, _NULL_KIND, _UNKNOWN_KIND, _BAD_END = 6, 7, 8, 9
-_SOURCE_CTI, _MERGED_CTI, _PUBLISHED = 20, 21, 22
-_UNSCALED = {"s": _UNSCALED_S, "ms": _UNSCALED_MS, "us": _UNSCALED_US}
-TIME_FAULTS = (_NULL_TIME, _TIME_RANGE, _UNSCALED_S, _UNSCALED_MS, _UNSCALED_US, _BAD_END)
-_REASONS = {
-    _NULL_TIME: "null time",
-    _TIME_RANGE: "time outside the nanosecond range of the engine (years 1677 to 2262)",
-    _NULL_SOURCE: "null source",
-    _NULL_KIND: "null kind",
-    _BAD_END: "end not after start",
-    _SOURCE_CTI: "starts before its source's CTI",
-    _MERGED_CTI: "starts before the merged CTI",
-    _PUBLISHED: "starts before the watermark already published (its clock group is behind)",
-}
-_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
-
-#: Internal columns of the decided frame (marker rows only; null on every other row).
-WM = "_gl_wm"
-LATE_COUNT = "_gl_late"
-BAD_COUNT = "_gl_bad"
-
-
-def reason_text(code: int, value: Any = None, kinds: Sequence[str] = ()) -> str:
-    """The ``late_reason`` of a reason code (``value``: the row's kind, for unknown kinds)."""
-    text = _REASONS.get(code)
-    if text is not None:
-        return text
-    for unit, c in _UNSCALED.items():
-        if c == code:
-            return (f"integer time looks like {_UNIT_WORDS[unit]} since the epoch, not "
-                    f"nanoseconds: give time_unit={unit!r} (or 'ns' if they are nanoseconds)")
-    if code == _UNKNOWN_KIND:
-        return f"unknown kind {value!r}; expected one of {', '.join(map(repr, kinds))}"
-    return f"reason {code}"
-
-
-# -- policy and generator options ---------------------------------------------------------
-
-def build_policy(policy: str | Policy, delay: object, on_late: str, who: str) -> Policy:
-    """The policy object for a name (with the engine's defaults: delay 5 minutes for
-    goldilocks, else 0) or a built policy (``delay`` must then be ``None`` or agree)."""
-    if isinstance(policy, str):
-        if delay is None:
-            delay = "5m" if policy == "goldilocks" else 0
-        try:
-            return resolve_policy(policy, delay=delay, on_late=on_late)
-        except ValueError as err:
-            raise InputError(f"{who}: {err}") from None
-    for attr in ("initial", "step", "join", "leave"):
-        if not callable(getattr(policy, attr, None)):
-            raise InputError(f"{who}: policy={policy!r} is neither a policy name nor a policy "
-                             f"(it has no {attr}()); expected e.g. 'goldilocks' or goldilocks('5m')")
-    if delay is not None and to_duration_ns(delay, what=f"{who}: delay") != policy.delay:
-        raise InputError(f"{who}: delay={delay!r} disagrees with the given policy's delay "
-                         f"{policy.delay} ns; pass one or the other")
-    return policy
-
-
-#: ``advance_time``'s keywords that mean something in Spark (the others shape a publisher).
-_ADVANCE_KEYS = ("every_events", "every", "delay", "on_late")
-
-
-def build_advance(advance: object, on_late: str, who: str) -> tuple[tuple[str, Any], ...]:
-    """``advance`` (the keyword arguments of ``operators.advance_time``) checked and
-    normalised: durations in nanoseconds, ``on_late`` defaulting to the stage's."""
-    if not isinstance(advance, dict):
-        raise InputError(f"{who}: advance={advance!r}; expected a dict of advance_time's "
-                         "keyword arguments, e.g. {'every_events': 1} or {'every': '10 seconds'}")
-    unknown = [k for k in advance if k not in _ADVANCE_KEYS]
-    if unknown:
-        raise InputError(f"{who}: advance has {', '.join(map(repr, unknown))}; expected "
-                         f"advance_time's keywords {', '.join(_ADVANCE_KEYS)}")
-    options = {"on_late": on_late, **advance}
-    AdvanceTime(**options)  # the engine's own checks and messages
-    every = options.get("every")
-    return (("every_events", options.get("every_events")),
-            ("every", None if every is None else to_duration_ns(every, what=f"{who}: every")),
-            ("delay", to_duration_ns(options.get("delay", 0), what=f"{who}: advance delay")),
-            ("on_late", options["on_late"]))
-
-
-def running_max_policy(policy: Policy) -> bool:
-    """True for a policy whose state is the running maximum of the delayed CTIs (goldilocks,
-    max): the parallel plan folds it by maxima. Anything else runs its own ``step``."""
-    return (isinstance(policy, GoldilocksPolicy) and policy.name in ("goldilocks", "max")
-            and type(policy.initial()) is HighState
-            and getattr(policy, "max_ahead", None) is None)
-
-
-def choose_plan(policy: Policy, advance: tuple | None, order_by: Sequence[str]) -> str:
-    """``"parallel"`` when it is exact (module docstring), else ``"sequential"``."""
-    if order_by or not running_max_policy(policy):
-        return "sequential"
-    if advance is None:
-        return "parallel"
-    opts = dict(advance)
-    return "parallel" if opts["every_events"] == 1 else "sequential"
-
-
-# -- the spec shipped to every task --------------------------------------------------------
-
-@dataclass(frozen=True)
-class StageSpec:
-    """What a task needs, fixed at plan time (pickled with the task function).
-
-    ``time_scale``: for an integer time column, nanoseconds per unit (``None``: nanoseconds,
-    refusing integers implausible as such, as the engine's readers do); ``None`` as well for
-    a timestamp column (microseconds). ``kinds``: the user's kind values and their codes.
-    ``policy``: the built policy (pickled). ``advance``: ``build_advance``'s value or
-    ``None`` (no generation). ``names``: the output columns' names by role.
-    """
-
-    name: str
-    plan: str
-    streaming: bool
-    time_col: str
-    time_is_timestamp: bool
-    time_scale: int | None
-    end_col: str | None
-    source_col: str
-    kind_col: str | None
-    kinds: tuple[tuple[str, int], ...]
-    group_cols: tuple[str, ...]
-    policy: Any
-    advance: tuple | None
-    names: tuple[tuple[str, str], ...]
-    keep_late: bool
-    state_dir: str | None
-    late_path: str | None
-    user_columns: tuple[str, ...]
-    order_by: tuple[str, ...] = ()
-
-    @property
-    def name_of(self) -> dict:
-        return dict(self.names)
-
-    def fingerprint(self) -> str:
-        """What the state depends on: a restart with other options must not reuse it."""
-        return repr((self.plan, repr(self.policy), self.policy.delay, self.policy.on_late,
-                     self.advance, self.group_cols, self.kind_col is not None))
-
-    def new_generator(self) -> AdvanceTime:
-        return AdvanceTime(**dict(self.advance))  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class TaskInfo:
-    """Where a task runs: its micro-batch (``None`` for a batch DataFrame), the query's id
-    (stable across restarts from one checkpoint), the run's id (new at every start) and the
-    partition."""
-
-    batch: int | None
-    query: str
-    run: str
-    partition: int
-
-
-# -- reading the columns a decision needs ------------------------------------------------------
 
 def _none_max(a: int | None, b: int | None) -> int | None:
     if a is None:
@@ -266,149 +79,6 @@ def _floor(value: int) -> int:
     return MIN_TIME if value < MIN_TIME else value
 
 
-@dataclass
-class Rows:
-    """One record batch's columns as the decisions need them (numpy, nanoseconds)."""
-
-    n: int
-    start: np.ndarray            # int64 ns (0 where the row is bad)
-    end: np.ndarray | None       # int64 ns, or None without an end column
-    has_end: np.ndarray | None   # bool
-    kind: np.ndarray             # int8 codes; -1 where bad
-    bad: np.ndarray              # int8 reason codes (0: usable)
-    kind_values: list | None     # the kind column's distinct values (for unknown-kind text)
-    kind_index: np.ndarray | None
-    pair: np.ndarray             # int per row: index into pair_keys (-1 where bad)
-    pair_keys: list              # [(group, source)]
-    group: np.ndarray            # int per row: index into group_keys
-    group_keys: list             # [group]
-
-
-_US_LIMIT = MAX_TIME // NS_PER_US
-
-
-def _int64_values(arr: Any) -> np.ndarray:
-    """The int64 values of an integer or timestamp Arrow array, zero-copy where possible
-    (null slots hold whatever the buffer holds)."""
-    import pyarrow as pa
-
-    if pa.types.is_timestamp(arr.type):
-        arr = arr.view(pa.int64())
-    if arr.type != pa.int64():
-        arr = arr.cast(pa.int64())
-    if arr.null_count:
-        import pyarrow.compute as pc
-
-        arr = pc.fill_null(arr, 0)
-    return arr.to_numpy(zero_copy_only=False)
-
-
-def _nulls(arr: Any) -> np.ndarray | None:
-    if not arr.null_count:
-        return None
-    return arr.is_null().to_numpy(zero_copy_only=False)
-
-
-def _times(spec: StageSpec, arr: Any, bad: np.ndarray) -> np.ndarray:
-    """Nanoseconds of a time column; marks null, out-of-range and unscaled rows in ``bad``."""
-    values = _int64_values(arr)
-    nulls = _nulls(arr)
-    if nulls is not None:
-        bad[nulls & (bad == 0)] = _NULL_TIME
-    if spec.time_is_timestamp:
-        limit, scale = _US_LIMIT, NS_PER_US
-    elif spec.time_scale is None:
-        limit, scale = MAX_TIME, 1
-    else:
-        scale = spec.time_scale
-        limit = MAX_TIME // scale
-    if len(values) and (values.min() < -limit or values.max() > limit):
-        out = (values < -limit) | (values > limit)
-        bad[out & (bad == 0)] = _TIME_RANGE
-        values = np.where(out, 0, values)
-    if not spec.time_is_timestamp and spec.time_scale is None and len(values):
-        lo, hi = UNSCALED_RANGES[0][1], UNSCALED_RANGES[-1][2]
-        if values.max() >= lo and values.min() < hi:  # engine.times.looks_unscaled, by columns
-            whole = values % NS_PER_S == 0
-            for unit, a, b in UNSCALED_RANGES:
-                hit = (values >= a) & (values < b) & ~whole & (bad == 0)
-                bad[hit] = _UNSCALED[unit]
-    return values * scale if scale != 1 else values
-
-
-def _encode(arr: Any, nulls_as_value: bool) -> tuple[np.ndarray, list]:
-    """Dictionary codes (int64, -1 for null unless ``nulls_as_value``) and the values."""
-    import pyarrow.compute as pc
-
-    encoded = pc.dictionary_encode(arr, null_encoding="encode" if nulls_as_value else "mask")
-    indices = encoded.indices
-    codes = _int64_values(indices)
-    nulls = _nulls(indices)
-    if nulls is not None:
-        codes = np.where(nulls, -1, codes)
-    return codes, encoded.dictionary.to_pylist()
-
-
-def read_rows(spec: StageSpec, batch: Any) -> Rows:
-    """The columns of ``batch`` (a ``pyarrow.RecordBatch``) that the decisions need."""
-    n = batch.num_rows
-    bad = np.zeros(n, np.int8)
-    start = _times(spec, batch.column(spec.time_col), bad)
-    end = has_end = None
-    if spec.end_col is not None:
-        end_arr = batch.column(spec.end_col)
-        ignored = np.zeros(n, np.int8)  # an end's own faults make the row bad below
-        end = _times(spec, end_arr, ignored)
-        has_end = ignored == 0
-        nulls = _nulls(end_arr)
-        if nulls is not None:
-            has_end &= ~nulls
-        bad[(ignored != 0) & (ignored != _NULL_TIME) & (bad == 0)] = _TIME_RANGE
-        bad[has_end & (end <= start) & (bad == 0)] = _BAD_END
-
-    kind_values = kind_index = None
-    if spec.kind_col is None:
-        kind = np.zeros(n, np.int8)
-    else:
-        kind_index, kind_values = _encode(batch.column(spec.kind_col), False)
-        table = dict(spec.kinds)
-        codes = np.array([table.get(v, -1) for v in kind_values] + [-2], np.int8)
-        kind = codes[kind_index]  # -1 indexes the appended -2: a null kind
-        bad[(kind == -2) & (bad == 0)] = _NULL_KIND
-        bad[(kind == -1) & (bad == 0)] = _UNKNOWN_KIND
-        # join and leave rows carry no time: only their source counts
-        timeless = (kind == JOIN) | (kind == LEAVE)
-        if timeless.any():
-            bad[timeless & np.isin(bad, TIME_FAULTS)] = _OK
-    src, src_keys = _encode(batch.column(spec.source_col), False)
-    bad[(src < 0) & (bad == 0)] = _NULL_SOURCE
-
-    if not spec.group_cols:
-        group = np.zeros(n, np.int64)
-        group_keys: list = [()]
-        pair = src
-        pair_keys: list = [((), s) for s in src_keys]
-    else:
-        parts = [_encode(batch.column(c), True) for c in spec.group_cols]
-        if len(parts) == 1:
-            group, values = parts[0]
-            group_keys = [(v,) for v in values]
-        else:
-            stacked = np.stack([codes for codes, _ in parts], axis=1)
-            uniq, group = np.unique(stacked, axis=0, return_inverse=True)
-            group = group.reshape(-1)
-            group_keys = [tuple(parts[j][1][int(c)] for j, c in enumerate(row)) for row in uniq]
-        width = max(len(src_keys), 1)
-        code = np.where(src < 0, -1, group * width + src)
-        uniq_pairs, pair = np.unique(code, return_inverse=True)
-        pair = pair.reshape(-1).astype(np.int64)
-        pair_keys = [None if c < 0 else (group_keys[int(c) // width], src_keys[int(c) % width])
-                     for c in uniq_pairs]
-        pair[src < 0] = -1
-    kind[bad != 0] = -1
-    return Rows(n, start, end, has_end, kind, bad, kind_values, kind_index, pair, pair_keys,
-                group, group_keys)
-
 
 # -- decisions -----------------------------------------------------------------------------------
 
@@ -419,7 +89,7 @@ class Decided:
     keep: np.ndarray        # bool: a data row out (on time or adjusted)
     start: np.ndarray       # int64 ns: the data row's start (clipped where adjusted)
     adjusted: bool          # some row's start was clipped
-    action: np.ndarray      # int8: _ON_TIME, _ADJUSTED, _DROPPED, _REJECTED
+    action: np.ndarray      # int8: ON_TIME, ADJUSTED, DROPPED, REJECTED
     reason: np.ndarray      # int8 reason codes
     late_cti: np.ndarray    # int64: the CTI a late row broke (MIN_TIME: none)
     row_cti: np.ndarray     # int64: the CTI a row was judged against (MIN_TIME: none)
@@ -489,10 +159,10 @@ class _Decider:
     def count(self, d: Decided, rows: Rows) -> None:
         c = self.counts
         c["rows"] += rows.n
-        c["on_time"] += int(np.count_nonzero(d.keep)) - int(np.count_nonzero(d.action == _ADJUSTED))
-        c["adjusted"] += int(np.count_nonzero(d.action == _ADJUSTED))
-        c["dropped"] += int(np.count_nonzero(d.action == _DROPPED))
-        c["rejected"] += int(np.count_nonzero(d.action == _REJECTED))
+        c["on_time"] += int(np.count_nonzero(d.keep)) - int(np.count_nonzero(d.action == ADJUSTED))
+        c["adjusted"] += int(np.count_nonzero(d.action == ADJUSTED))
+        c["dropped"] += int(np.count_nonzero(d.action == DROPPED))
+        c["rejected"] += int(np.count_nonzero(d.action == REJECTED))
         good = rows.bad == 0
         c["ctis"] += int(np.count_nonzero(good & (rows.kind == KIND_CTI)))
         c["control"] += int(np.count_nonzero(good & ((rows.kind == JOIN) | (rows.kind == LEAVE))))
@@ -513,7 +183,7 @@ class _Decider:
 def _new_decided(rows: Rows) -> Decided:
     n = rows.n
     action = np.zeros(n, np.int8)
-    action[rows.bad != 0] = _REJECTED
+    action[rows.bad != 0] = REJECTED
     return Decided(keep=np.zeros(n, bool), start=rows.start, adjusted=False, action=action,
                    reason=rows.bad.copy(), late_cti=np.full(n, MIN_TIME, np.int64),
                    row_cti=np.full(n, MIN_TIME, np.int64))
@@ -564,15 +234,15 @@ class ParallelDecider(_Decider):
             accepted = insert & ~late_src
             if late_src.any():
                 d.late_cti = np.where(late_src, last, d.late_cti)
-                d.reason[late_src] = _SOURCE_CTI
-                d.action[late_src] = _DROPPED  # TS §3.1
+                d.reason[late_src] = SOURCE_CTI
+                d.action[late_src] = DROPPED  # TS §3.1
                 if self.gen_adjust and rows.has_end is not None:  # TS §3.2
                     assert rows.end is not None
                     clip = late_src & rows.has_end & (rows.end > last)
                     if clip.any():
                         new_start = np.where(clip, last, start)
                         accepted |= clip
-                        d.action[clip] = _ADJUSTED
+                        d.action[clip] = ADJUSTED
                         d.adjusted = True
         else:
             accepted = insert
@@ -581,13 +251,13 @@ class ParallelDecider(_Decider):
         on_time = accepted & ~late
         if late.any():
             d.late_cti = np.where(late, judge, d.late_cti)
-            d.reason[late] = _MERGED_CTI
-            d.action[late] = _DROPPED  # TS §3.1
+            d.reason[late] = MERGED_CTI
+            d.action[late] = DROPPED  # TS §3.1
             may_clip = late
             if self.state.published is not None:  # grouped: behind what Spark was told
                 own = self._own_high(rows)
                 behind = late & (new_start >= own)
-                d.reason[behind] = _PUBLISHED
+                d.reason[behind] = PUBLISHED
                 d.late_cti = np.where(late & ~behind, own, d.late_cti)  # its group's, first
                 may_clip = late & (own >= judge)  # dropped, never clipped, behind it
             if self.adjust and rows.has_end is not None:  # TS §3.2
@@ -595,7 +265,7 @@ class ParallelDecider(_Decider):
                 clip = may_clip & rows.has_end & (rows.end > judge)
                 if clip.any():
                     new_start = np.where(clip, judge, new_start)
-                    d.action[clip] = _ADJUSTED
+                    d.action[clip] = ADJUSTED
                     d.adjusted = True
                     on_time |= clip
         d.keep = on_time
@@ -769,8 +439,8 @@ class SequentialDecider(_Decider):
                 for item in arrivals:  # late at the source (TS §2.4); the merge may decide on
                     if isinstance(item, LateRecord):  # what the generator let through
                         late_cti[i] = item.cti
-                        reason[i] = _SOURCE_CTI
-                        action[i] = _ADJUSTED if item.adjusted is not None else _DROPPED
+                        reason[i] = SOURCE_CTI
+                        action[i] = ADJUSTED if item.adjusted is not None else DROPPED
             for item in arrivals:
                 if isinstance(item, LateRecord):
                     continue
@@ -780,11 +450,11 @@ class SequentialDecider(_Decider):
                 for out in outs:
                     if isinstance(out, LateRecord):  # late at the merge (TS §2.4)
                         late_cti[i] = out.cti
-                        reason[i] = _MERGED_CTI
+                        reason[i] = MERGED_CTI
                         if out.adjusted is not None:
-                            action[i] = _ADJUSTED
+                            action[i] = ADJUSTED
                         else:
-                            action[i] = _DROPPED
+                            action[i] = DROPPED
                             keep[i] = False
                     elif out.kind == CTI:
                         clock.high = out.start
@@ -795,8 +465,8 @@ class SequentialDecider(_Decider):
                             d.adjusted = True
             if keep[i] and published is not None and new_start[i] < published:
                 keep[i] = False  # behind what Spark was told: it would drop it unrecorded
-                action[i] = _DROPPED
-                reason[i] = _PUBLISHED
+                action[i] = DROPPED
+                reason[i] = PUBLISHED
                 late_cti[i] = published
         d.start = new_start
         self.count(d, rows)
@@ -834,3 +504,4 @@ def fold(state: StageState, partials: list[dict], spec: StageSpec, batch: int) -
 
 def new_decider(spec: StageSpec, state: StageState) -> ParallelDecider | SequentialDecider:
     return (ParallelDecider if spec.plan == "parallel" else SequentialDecider)(spec, state)
+

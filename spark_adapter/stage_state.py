@@ -41,7 +41,8 @@ import uuid
 from typing import Any, Callable
 
 from engine.errors import InputError
-from spark_adapter.stage_core import StageSpec, StageState, TaskInfo, fold
+from spark_adapter.stage_core import StageState, fold
+from spark_adapter.stage_spec import StageSpec, TaskInfo
 
 __all__ = ["StateStore", "LateFiles", "filesystem", "read_stage_state", "RETAIN"]
 

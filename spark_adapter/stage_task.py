@@ -2,7 +2,7 @@
 
 ``run_task`` is what the function shipped to ``mapInArrow`` calls on an executor. It loads the
 state at the start of the task's micro-batch (``stage_state``), decides every row
-(``stage_core``), and yields:
+(``stage_rows``, ``stage_core``), and yields:
 
 - the data rows — the user's columns untouched (an adjusted row's time clipped), then
   ``event_time`` (integer time columns only), ``cti``, and — with ``keep_late`` — the late
@@ -22,9 +22,11 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from engine import MIN_TIME
-from spark_adapter.stage_core import (ACTIONS, BAD_COUNT, JOIN, KIND_CTI, KIND_NAMES,
-                                      LATE_COUNT, LEAVE, TIME_FAULTS, WM, Decided, StageSpec,
-                                      StageState, TaskInfo, new_decider, read_rows, reason_text)
+from spark_adapter.stage_core import Decided, StageState, new_decider
+from spark_adapter.stage_rows import read_rows
+from spark_adapter.stage_spec import (ACTIONS, BAD_COUNT, JOIN, KIND_CTI, KIND_NAMES,
+                                      LATE_COUNT, LEAVE, TIME_FAULTS, WM, StageSpec, TaskInfo,
+                                      reason_text)
 
 __all__ = ["run_task", "sorted_batches", "OutputShape"]
 

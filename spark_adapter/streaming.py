@@ -11,9 +11,11 @@ The plan it builds (driver; ``docs/spark.md`` says the same for users)::
           ─▶ withWatermark(_gl_wm, 1 ms) ─▶ observe(name, …) ─▶ where(not a marker)
           ─▶ select(user columns, [event_time], cti)          (time column marked for windows)
 
-- ``mapInArrow`` runs ``stage_task.run_task`` in every task: the engine's decisions
-  (``stage_core``), the state between micro-batches in side files (``stage_state``), late rows
-  written by the task. Each task ends with a marker row carrying the CTI in ``_gl_wm``.
+- ``mapInArrow`` runs ``stage_task.run_task`` in every task: the options fixed in a
+  ``StageSpec`` (``stage_spec``), the rows read (``stage_rows``) and decided as the engine
+  would (``stage_core``), the state between micro-batches in side files (``stage_state``),
+  late rows written by the task. Each task ends with a marker row carrying the CTI in
+  ``_gl_wm``.
 - Spark's watermark is the maximum of ``_gl_wm`` over the rows that reach
   ``EventTimeWatermark``. Spark's optimizer pushes a user's filter below that node (every
   deterministic predicate that does not use the watermark column), so a filter that removed
@@ -42,7 +44,7 @@ from engine.errors import InputError
 from engine.policy import Policy
 from eventlog import time_scale
 from spark_adapter.session import use_driver_python
-from spark_adapter.stage_core import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, StageSpec,
+from spark_adapter.stage_spec import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, StageSpec,
                                       build_advance, build_policy, choose_plan)
 from spark_adapter.schema import WATERMARK_THRESHOLD
 
@@ -275,7 +277,7 @@ def _task_function(spec: StageSpec) -> Any:
     def decide(batches: Any) -> Any:
         from pyspark import TaskContext
 
-        from spark_adapter.stage_core import TaskInfo
+        from spark_adapter.stage_spec import TaskInfo
         from spark_adapter.stage_task import run_task
 
         context = TaskContext.get()

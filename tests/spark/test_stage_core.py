@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 
 from engine.errors import InputError
 from operators import goldilocks, max_policy, min_policy
-from spark_adapter.stage_core import (StageSpec, StageState, build_advance, build_policy,
-                                      choose_plan, fold, new_decider, read_rows, reason_text)
+from spark_adapter.stage_core import StageState, fold, new_decider
+from spark_adapter.stage_rows import read_rows
+from spark_adapter.stage_spec import (StageSpec, build_advance, build_policy, choose_plan,
+                                      reason_text)
 from stage_reference import Outcome, Row, documented_order, engine_stage
 
 S = 10**9

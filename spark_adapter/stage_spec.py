@@ -1,0 +1,222 @@
+"""The watermarking stage's options as a task sees them: the ``StageSpec`` fixed at plan
+time, the policy and generator options checked, the plan chosen, and the codes a decision
+gives each row (kind, late action, reason). No pyspark import.
+
+``spark_adapter.streaming`` builds the spec on the driver; it is pickled with the function
+``mapInArrow`` ships, and every task reads it (``stage_rows``, ``stage_core``,
+``stage_task``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from engine import to_duration_ns
+from engine.errors import InputError
+from engine.policy import Policy
+from operators import AdvanceTime, GoldilocksPolicy, HighState
+from operators.policies import resolve_policy
+
+__all__ = [
+    "StageSpec",
+    "TaskInfo",
+    "build_policy",
+    "build_advance",
+    "choose_plan",
+    "running_max_policy",
+    "KIND_NAMES",
+    "INSERT",
+    "KIND_CTI",
+    "JOIN",
+    "LEAVE",
+    "ACTIONS",
+    "ON_TIME",
+    "ADJUSTED",
+    "DROPPED",
+    "REJECTED",
+    "OK",
+    "NULL_TIME",
+    "TIME_RANGE",
+    "NULL_SOURCE",
+    "NULL_KIND",
+    "UNKNOWN_KIND",
+    "BAD_END",
+    "UNSCALED_REASON",
+    "SOURCE_CTI",
+    "MERGED_CTI",
+    "PUBLISHED",
+    "TIME_FAULTS",
+    "reason_text",
+    "WM",
+    "LATE_COUNT",
+    "BAD_COUNT",
+]
+
+# Row kinds as int8 codes; -1 marks a row whose kind is missing or unknown.
+INSERT, KIND_CTI, JOIN, LEAVE = 0, 1, 2, 3
+KIND_NAMES = ("insert", "cti", "join", "leave")
+
+# Late-side actions (``late_action``); 0 is a row on time.
+ON_TIME, ADJUSTED, DROPPED, REJECTED = 0, 1, 2, 3
+ACTIONS = (None, "adjusted", "dropped", "rejected")
+
+# Reasons (``late_reason``). Rejected rows: their data is unusable. Late rows: the CTI broken.
+OK = 0
+NULL_TIME, TIME_RANGE, UNSCALED_S, UNSCALED_MS, UNSCALED_US = 1, 2, 3, 4, 5
+NULL_SOURCE, NULL_KIND, UNKNOWN_KIND, BAD_END = 6, 7, 8, 9
+SOURCE_CTI, MERGED_CTI, PUBLISHED = 20, 21, 22
+UNSCALED_REASON = {"s": UNSCALED_S, "ms": UNSCALED_MS, "us": UNSCALED_US}
+TIME_FAULTS = (NULL_TIME, TIME_RANGE, UNSCALED_S, UNSCALED_MS, UNSCALED_US, BAD_END)
+_REASONS = {
+    NULL_TIME: "null time",
+    TIME_RANGE: "time outside the nanosecond range of the engine (years 1677 to 2262)",
+    NULL_SOURCE: "null source",
+    NULL_KIND: "null kind",
+    BAD_END: "end not after start",
+    SOURCE_CTI: "starts before its source's CTI",
+    MERGED_CTI: "starts before the merged CTI",
+    PUBLISHED: "starts before the watermark already published (its clock group is behind)",
+}
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
+
+#: Internal columns of the decided frame (marker rows only; null on every other row).
+WM = "_gl_wm"
+LATE_COUNT = "_gl_late"
+BAD_COUNT = "_gl_bad"
+
+
+def reason_text(code: int, value: Any = None, kinds: Sequence[str] = ()) -> str:
+    """The ``late_reason`` of a reason code (``value``: the row's kind, for unknown kinds)."""
+    text = _REASONS.get(code)
+    if text is not None:
+        return text
+    for unit, c in UNSCALED_REASON.items():
+        if c == code:
+            return (f"integer time looks like {_UNIT_WORDS[unit]} since the epoch, not "
+                    f"nanoseconds: give time_unit={unit!r} (or 'ns' if they are nanoseconds)")
+    if code == UNKNOWN_KIND:
+        return f"unknown kind {value!r}; expected one of {', '.join(map(repr, kinds))}"
+    return f"reason {code}"
+
+
+# -- policy and generator options ---------------------------------------------------------
+
+def build_policy(policy: str | Policy, delay: object, on_late: str, who: str) -> Policy:
+    """The policy object for a name (with the engine's defaults: delay 5 minutes for
+    goldilocks, else 0) or a built policy (``delay`` must then be ``None`` or agree)."""
+    if isinstance(policy, str):
+        if delay is None:
+            delay = "5m" if policy == "goldilocks" else 0
+        try:
+            return resolve_policy(policy, delay=delay, on_late=on_late)
+        except ValueError as err:
+            raise InputError(f"{who}: {err}") from None
+    for attr in ("initial", "step", "join", "leave"):
+        if not callable(getattr(policy, attr, None)):
+            raise InputError(f"{who}: policy={policy!r} is neither a policy name nor a policy "
+                             f"(it has no {attr}()); expected e.g. 'goldilocks' or goldilocks('5m')")
+    if delay is not None and to_duration_ns(delay, what=f"{who}: delay") != policy.delay:
+        raise InputError(f"{who}: delay={delay!r} disagrees with the given policy's delay "
+                         f"{policy.delay} ns; pass one or the other")
+    return policy
+
+
+#: ``advance_time``'s keywords that mean something in Spark (the others shape a publisher).
+_ADVANCE_KEYS = ("every_events", "every", "delay", "on_late")
+
+
+def build_advance(advance: object, on_late: str, who: str) -> tuple[tuple[str, Any], ...]:
+    """``advance`` (the keyword arguments of ``operators.advance_time``) checked and
+    normalised: durations in nanoseconds, ``on_late`` defaulting to the stage's."""
+    if not isinstance(advance, dict):
+        raise InputError(f"{who}: advance={advance!r}; expected a dict of advance_time's "
+                         "keyword arguments, e.g. {'every_events': 1} or {'every': '10 seconds'}")
+    unknown = [k for k in advance if k not in _ADVANCE_KEYS]
+    if unknown:
+        raise InputError(f"{who}: advance has {', '.join(map(repr, unknown))}; expected "
+                         f"advance_time's keywords {', '.join(_ADVANCE_KEYS)}")
+    options = {"on_late": on_late, **advance}
+    AdvanceTime(**options)  # the engine's own checks and messages
+    every = options.get("every")
+    return (("every_events", options.get("every_events")),
+            ("every", None if every is None else to_duration_ns(every, what=f"{who}: every")),
+            ("delay", to_duration_ns(options.get("delay", 0), what=f"{who}: advance delay")),
+            ("on_late", options["on_late"]))
+
+
+def running_max_policy(policy: Policy) -> bool:
+    """True for a policy whose state is the running maximum of the delayed CTIs (goldilocks,
+    max): the parallel plan folds it by maxima. Anything else runs its own ``step``."""
+    return (isinstance(policy, GoldilocksPolicy) and policy.name in ("goldilocks", "max")
+            and type(policy.initial()) is HighState
+            and getattr(policy, "max_ahead", None) is None)
+
+
+def choose_plan(policy: Policy, advance: tuple | None, order_by: Sequence[str]) -> str:
+    """``"parallel"`` when it is exact (module docstring), else ``"sequential"``."""
+    if order_by or not running_max_policy(policy):
+        return "sequential"
+    if advance is None:
+        return "parallel"
+    opts = dict(advance)
+    return "parallel" if opts["every_events"] == 1 else "sequential"
+
+
+# -- the spec shipped to every task --------------------------------------------------------
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What a task needs, fixed at plan time (pickled with the task function).
+
+    ``time_scale``: for an integer time column, nanoseconds per unit (``None``: nanoseconds,
+    refusing integers implausible as such, as the engine's readers do); ``None`` as well for
+    a timestamp column (microseconds). ``kinds``: the user's kind values and their codes.
+    ``policy``: the built policy (pickled). ``advance``: ``build_advance``'s value or
+    ``None`` (no generation). ``names``: the output columns' names by role.
+    """
+
+    name: str
+    plan: str
+    streaming: bool
+    time_col: str
+    time_is_timestamp: bool
+    time_scale: int | None
+    end_col: str | None
+    source_col: str
+    kind_col: str | None
+    kinds: tuple[tuple[str, int], ...]
+    group_cols: tuple[str, ...]
+    policy: Any
+    advance: tuple | None
+    names: tuple[tuple[str, str], ...]
+    keep_late: bool
+    state_dir: str | None
+    late_path: str | None
+    user_columns: tuple[str, ...]
+    order_by: tuple[str, ...] = ()
+
+    @property
+    def name_of(self) -> dict:
+        return dict(self.names)
+
+    def fingerprint(self) -> str:
+        """What the state depends on: a restart with other options must not reuse it."""
+        return repr((self.plan, repr(self.policy), self.policy.delay, self.policy.on_late,
+                     self.advance, self.group_cols, self.kind_col is not None))
+
+    def new_generator(self) -> AdvanceTime:
+        return AdvanceTime(**dict(self.advance))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Where a task runs: its micro-batch (``None`` for a batch DataFrame), the query's id
+    (stable across restarts from one checkpoint), the run's id (new at every start) and the
+    partition."""
+
+    batch: int | None
+    query: str
+    run: str
+    partition: int
+
