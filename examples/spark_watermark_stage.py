@@ -1,98 +1,104 @@
-"""A live pipeline: the rolling file sink writes parts, Spark streams them through the
-watermarking stage, and event-time windows downstream close as the CTI advances.
+"""A Spark user's stream through the watermarking stage: device readings as JSON Lines files,
+a 10-second window count downstream that closes as the CTI advances, late readings kept
+with their reason.
 
     python examples/spark_watermark_stage.py
 
-Devices publish 1-second readings; each part is one micro-batch (``maxFilesPerTrigger=1``).
-The stage drops late readings (they go to a second sink), carries the CTI on every row, and
-Spark's watermark follows it, so the 10-second windows are emitted (append mode) exactly when
-the CTI passes their end. The printout shows, per micro-batch, the watermark Spark reports —
-the CTI of the batch before, minus one millisecond — and the windows it closed.
+Two thermometers write ``{"device_id", "ts", "temperature"}`` readings, one file per
+micro-batch (``maxFilesPerTrigger=1``); B's clock runs 3 s behind A's, and twice B sends a
+reading 14 s old. ``watermark_stage`` makes each device's readings its CTIs (a reading
+promises nothing older from its device), merges them with the Goldilocks policy (3 s of
+tolerated skew), writes the late readings under ``<state_dir>/late`` and gives Spark a
+watermark that follows the CTI. The printout shows, per micro-batch, the watermark Spark
+reports (the CTI after the micro-batch before, minus one millisecond) and the stage's
+metrics, then the windows Spark closed and the late readings.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import sys
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-S = 10**9
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+BATCHES = 6
 
 
-def _readings():
-    """Two devices; B's clock lags A's by 4 s and some of B's readings come very late."""
-    from engine.event import Event
+def readings(batch: int) -> list[dict]:
+    """One micro-batch of readings: A at 10k..10k+9 s, B 3 s behind, and in micro-batches 2
+    and 4 one reading of B's that is 14 s old."""
+    rows = []
+    for i in range(10):
+        for device, seconds in (("A", 10 * batch + i), ("B", 10 * batch + i - 3)):
+            if seconds >= 0:
+                rows.append((device, seconds, 20.0 + (seconds % 7) / 2))
+    if batch in (2, 4):
+        rows.append(("B", 10 * batch - 14, -1.0))
+    return [{"device_id": d, "ts": (T0 + timedelta(seconds=s)).isoformat(), "temperature": t}
+            for d, s, t in rows]
 
-    for t in range(0, 60, 5):  # a burst of readings every 5 s, then a CTI from each device
-        yield Event.point(t * S, payload={"v": t}, source="A")
-        yield Event.point((t - 4) * S, payload={"v": t}, source="B")
-        if t % 20 == 15:
-            yield Event.point((t - 14) * S, payload={"v": -1}, source="B")  # very late
-        yield Event.cti(t * S, source="A")
-        yield Event.cti((t - 4) * S, source="B")
+
+def write_files(directory: Path) -> None:
+    directory.mkdir(parents=True)
+    for k in range(BATCHES):
+        path = directory / f"readings-{k:03d}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in readings(k)))
+        os.utime(path, (1_700_000_000 + k,) * 2)  # the file source takes files by mtime
 
 
 def main(spark=None, workdir=None) -> dict:
-    """Run the pipeline over availableNow triggers; return what the tests check."""
+    """Run the pipeline over an availableNow trigger; return what the tests check."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from eventlog import RollingFileSink
-    from engine.sources import from_iterable
-    from spark_adapter import cti_to_watermark_ms, register, split_late, watermark_stage
+    from spark_adapter import watermark_stage
 
     own = spark is None and SparkSession.getActiveSession() is None
     if spark is None:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         spark = (SparkSession.builder.master("local[2]").appName("spark_watermark_stage")
-                 .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
-                 .getOrCreate())
+                 .config("spark.ui.enabled", "false").getOrCreate())
     tmp = tempfile.TemporaryDirectory() if workdir is None else None
     work = Path(workdir or tmp.name)
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
     try:
-        register(spark)
-        sink = RollingFileSink(work / "parts", max_events=8)  # the engine writes the parts
-        from_iterable(list(_readings())).subscribe(sink)
-
-        stream = (spark.readStream.format("goldilocks").option("maxFilesPerTrigger", 1)
-                  .load(str(work / "parts")))
-        staged = watermark_stage(stream, delay="3s", on_late="drop")
-        events, late = split_late(staged)
-        windows = (events.where(F.col("kind") == "insert")
-                   .groupBy(F.window("event_time", "10 seconds"))
-                   .agg(F.count("*").alias("readings"), F.max("cti").alias("cti_seen")))
-
-        def write_both(batch, batch_id):  # not needed for windows; shows a second sink
-            batch.write.mode("append").parquet(str(work / "late"))
-
-        late_query = (late.writeStream.foreachBatch(write_both)
-                      .option("checkpointLocation", str(work / "ck-late"))
-                      .trigger(availableNow=True).start())
+        write_files(work / "readings")
+        spark.conf.set("spark.sql.shuffle.partitions", "2")  # one clock: few state partitions
+        stream = (spark.readStream.schema("device_id string, ts timestamp, temperature double")
+                  .option("maxFilesPerTrigger", 1).json(str(work / "readings")))
+        staged = watermark_stage(stream, delay="3 seconds", time_col="ts",
+                                 source_col="device_id", state_dir=str(work / "state"),
+                                 name="thermometers")
+        windows = (staged.groupBy(F.window("ts", "10 seconds"))
+                   .agg(F.count("*").alias("readings"),
+                        F.round(F.avg("temperature"), 2).alias("mean")))
         query = (windows.writeStream.format("memory").queryName("closed_windows")
-                 .outputMode("append").option("checkpointLocation", str(work / "ck-windows"))
+                 .outputMode("append").option("checkpointLocation", str(work / "checkpoint"))
                  .trigger(availableNow=True).start())
-        for q in (query, late_query):
-            if not q.awaitTermination(300):
-                raise TimeoutError(f"query {q.name} did not finish in 300 s")
+        if not query.awaitTermination(300):
+            raise TimeoutError("the query did not finish in 300 s")
 
-        marks = [(p["batchId"], p["eventTime"].get("watermark"), p["numInputRows"])
-                 for p in query.recentProgress]
-        for batch_id, mark, rows in marks:
-            print(f"batch {batch_id}: {rows:3d} rows in, Spark watermark {mark}")
+        marks = []
+        for p in query.recentProgress:
+            seen = p.get("observedMetrics", {}).get("thermometers")
+            marks.append((p["batchId"], p["eventTime"].get("watermark"), p["numInputRows"]))
+            metrics = (f"; CTI at its end {seen['cti']}, {seen['rows']} rows out, "
+                       f"{seen['late']} late" if seen else "")
+            print(f"batch {p['batchId']}: {p['numInputRows']:3d} readings in, Spark watermark "
+                  f"{marks[-1][1]}{metrics}")
         closed = spark.table("closed_windows").orderBy("window").collect()
         for w in closed:
             print(f"closed {w['window']['start']:%H:%M:%S}-{w['window']['end']:%H:%M:%S}: "
-                  f"{w['readings']} readings")
-        late_rows = (spark.read.parquet(str(work / "late")).orderBy("order_key").collect()
-                     if (work / "late").exists() else [])
-        for r in late_rows:
-            print(f"late: {r['source']} at {r['start'] / S:.0f}s, CTI {r['cti'] / S:.0f}s, "
-                  f"{r['action']}")
-        print(f"one CTI of 56 s corresponds to a Spark watermark of "
-              f"{cti_to_watermark_ms(56 * S)} ms")
-        return {"marks": marks, "closed": closed, "late": late_rows, "parts": sink.published}
+                  f"{w['readings']} readings, mean {w['mean']}")
+        late = (spark.read.parquet(str(work / "state" / "late")).orderBy("ts")
+                .select("device_id", "ts", "cti", "late_action", "late_reason").collect())
+        for r in late:
+            print(f"late: {r['device_id']} at {r['ts']:%H:%M:%S}, CTI {r['cti']:%H:%M:%S}, "
+                  f"{r['late_action']}: {r['late_reason']}")
+        return {"marks": marks, "closed": closed, "late": late}
     finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)  # the session as it was
         if tmp is not None:
             tmp.cleanup()
         if own:

@@ -2,17 +2,19 @@
 
 Each snippet gets a fresh session of the shared Spark (``spark.newSession()``: nothing
 registered in it, as in a new ``pyspark`` shell) named ``spark``, and the directories the page
-assumes: ``logs/`` (the bundled device logs) and ``parts/`` (rolling-sink parts). The page
+assumes: ``readings/`` (JSON Lines readings), ``logs/`` (the bundled device logs) and
+``parts/`` (rolling-sink parts). The page
 names directories relative, ending in ``/``; the test roots each of them in a temporary
 directory — Spark resolves a relative path against the JVM's working directory, not the
 test's — and checks afterwards that every directory a snippet names exists (it read or wrote
-it).
+it). ``readings/`` holds the example's device readings (``examples/spark_watermark_stage.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import runpy
 import shutil
 from pathlib import Path
 
@@ -44,6 +46,8 @@ def _readings():
 
 def _prepare(work: Path) -> None:
     shutil.copytree(ROOT / "examples" / "data" / "devices", work / "logs")
+    example = runpy.run_path(str(ROOT / "examples" / "spark_watermark_stage.py"))
+    example["write_files"](work / "readings")  # a user's readings, two of them late
     sink = RollingFileSink(work / "parts", max_events=16)
     from_iterable(list(_readings())).subscribe(sink)
     assert sink.error is None and len(sink.published) > 2

@@ -25,17 +25,19 @@ def test_spark_replay_example(spark, capsys):
 
 
 def test_watermark_stage_example_closes_windows_as_the_cti_advances(spark, capsys):
+    """A user's readings: Spark's watermark is the CTI after the micro-batch before (A's
+    newest reading less the 3 s delay) minus 1 ms; every window the final CTI (56 s) passed
+    is closed whole; B's two old readings are on the late side with their reason."""
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
     runpy.run_path(str(EXAMPLES / "spark_watermark_stage.py"), run_name="__main__")
     out = capsys.readouterr().out
-    marks = re.findall(r"batch (\d+): +(\d+) rows in, Spark watermark (\S+)", out)
-    # parts of 8 records; CTIs every 5 s delayed by 3 s: the watermark is the CTI of the
-    # batch before, minus 1 ms
-    assert [m[2] for m in marks[:5]] == [
-        "1970-01-01T00:00:00.000Z", "1970-01-01T00:00:00.000Z", "1970-01-01T00:00:06.999Z",
-        "1970-01-01T00:00:16.999Z", "1970-01-01T00:00:26.999Z"]
+    assert spark.conf.get("spark.sql.shuffle.partitions") == partitions  # left as it was
+    marks = re.findall(r"batch (\d+): +(\d+) readings in, Spark watermark ([^\s;]+)", out)
+    assert [m[2] for m in marks[:6]] == ["1970-01-01T00:00:00.000Z"] + [
+        f"2026-01-01T00:00:{10 * k + 5:02d}.999Z" for k in range(5)]
+    assert [int(m[1]) for m in marks[:6]] == [17, 20, 21, 20, 21, 20]
     closed = re.findall(r"closed (\S+)-(\S+): (\d+) readings", out)
-    assert [c[:2] for c in closed] == [("00:00:00", "00:00:10"), ("00:00:10", "00:00:20"),
-                                       ("00:00:20", "00:00:30"), ("00:00:30", "00:00:40")]
-    assert re.findall(r"late: B at (\d+)s, CTI (\d+)s, dropped", out) == [
-        ("1", "7"), ("21", "27"), ("41", "47")]
-    assert "a Spark watermark of 55999 ms" in out
+    assert closed == [(f"00:00:{s:02d}", f"00:00:{s + 10:02d}", "20") for s in range(0, 50, 10)]
+    assert re.findall(r"late: (\w) at (\S+), CTI (\S+), dropped: starts before its source's CTI",
+                      out) == [("B", "00:00:06", "00:00:16"), ("B", "00:00:26", "00:00:36")]
+    assert re.search(r"batch 2: .*CTI at its end 2026-01-01 00:00:26, 20 rows out, 1 late", out)
