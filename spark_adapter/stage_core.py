@@ -149,6 +149,17 @@ class _Decider:
             self.known.add(())
         self._judge: dict = {}
 
+    def decide(self, rows: Rows) -> Decided:
+        """Every row of one record batch's columns, decided."""
+        d = _new_decided(rows)
+        if rows.n:
+            self._decide(rows, d)
+            self.count(d, rows)
+        return d
+
+    def _decide(self, rows: Rows, d: Decided) -> None:
+        raise NotImplementedError
+
     def judge(self, group: Any) -> int:
         value = self._judge.get(group)
         if value is None:
@@ -210,11 +221,7 @@ class ParallelDecider(_Decider):
         self.left: set = set()      # (group, source) that left: its generator ends with the batch
         self.groups_seen: set = set()
 
-    def decide(self, rows: Rows) -> Decided:
-        d = _new_decided(rows)
-        n = rows.n
-        if n == 0:
-            return d
+    def _decide(self, rows: Rows, d: Decided) -> None:
         keys = rows.pair_keys
         good = rows.bad == 0
         insert = good & (rows.kind == INSERT)
@@ -233,26 +240,17 @@ class ParallelDecider(_Decider):
             late_src = insert & (start < last)  # TS §2.4 at the source
             accepted = insert & ~late_src
             if late_src.any():
-                d.late_cti = np.where(late_src, last, d.late_cti)
-                d.reason[late_src] = SOURCE_CTI
-                d.action[late_src] = DROPPED  # TS §3.1
-                if self.gen_adjust and rows.has_end is not None:  # TS §3.2
-                    assert rows.end is not None
-                    clip = late_src & rows.has_end & (rows.end > last)
-                    if clip.any():
-                        new_start = np.where(clip, last, start)
-                        accepted |= clip
-                        d.action[clip] = ADJUSTED
-                        d.adjusted = True
+                _drop(d, late_src, last, SOURCE_CTI)
+                if self.gen_adjust and rows.has_end is not None:
+                    clip, new_start = _clip(d, rows, late_src, last, start)
+                    accepted |= clip
         else:
             accepted = insert
         gen_start = new_start
         late = accepted & (new_start < judge)  # TS §2.4 at the merge
         on_time = accepted & ~late
         if late.any():
-            d.late_cti = np.where(late, judge, d.late_cti)
-            d.reason[late] = MERGED_CTI
-            d.action[late] = DROPPED  # TS §3.1
+            _drop(d, late, judge, MERGED_CTI)
             may_clip = late
             if self.state.published is not None:  # grouped: behind what Spark was told
                 own = self._own_high(rows)
@@ -260,14 +258,9 @@ class ParallelDecider(_Decider):
                 d.reason[behind] = PUBLISHED
                 d.late_cti = np.where(late & ~behind, own, d.late_cti)  # its group's, first
                 may_clip = late & (own >= judge)  # dropped, never clipped, behind it
-            if self.adjust and rows.has_end is not None:  # TS §3.2
-                assert rows.end is not None
-                clip = may_clip & rows.has_end & (rows.end > judge)
-                if clip.any():
-                    new_start = np.where(clip, judge, new_start)
-                    d.action[clip] = ADJUSTED
-                    d.adjusted = True
-                    on_time |= clip
+            if self.adjust and rows.has_end is not None:
+                clip, new_start = _clip(d, rows, may_clip, judge, new_start)
+                on_time |= clip
         d.keep = on_time
         d.start = new_start
         # what the rows did to the state: the starts the generator accepted (clipped by the
@@ -280,8 +273,6 @@ class ParallelDecider(_Decider):
         leaves = good & (rows.kind == LEAVE)  # leaves come last in a micro-batch
         if leaves.any():
             self.left.update(keys[int(i)] for i in np.unique(pair[leaves]))
-        self.count(d, rows)
-        return d
 
     def _own_high(self, rows: Rows) -> np.ndarray:
         """Per row, its group's own CTI at the start (MIN_TIME: none)."""
@@ -315,6 +306,26 @@ class ParallelDecider(_Decider):
                 "left": sorted(self.left, key=repr),
                 "marker": self.marker({g: v for g, v in made.items()}),
                 "counts": dict(self.counts)}
+
+
+def _drop(d: Decided, late: np.ndarray, cti: np.ndarray, reason: int) -> None:
+    """The rows ``late`` start before ``cti`` (TS §2.4): dropped, with ``reason``."""
+    d.late_cti = np.where(late, cti, d.late_cti)
+    d.reason[late] = reason
+    d.action[late] = DROPPED  # TS §3.1
+
+
+def _clip(d: Decided, rows: Rows, late: np.ndarray, cti: np.ndarray,
+          start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(clipped, new starts)``: the rows ``late`` whose interval ends after ``cti`` are
+    adjusted, their start clipped to it (TS §3.2)."""
+    assert rows.end is not None and rows.has_end is not None
+    clip = late & rows.has_end & (rows.end > cti)
+    if clip.any():
+        start = np.where(clip, cti, start)
+        d.action[clip] = ADJUSTED
+        d.adjusted = True
+    return clip, start
 
 
 def _last_or_min(value: Any) -> int:
@@ -393,11 +404,8 @@ class SequentialDecider(_Decider):
             self.clocks[group] = clock
         return clock
 
-    def decide(self, rows: Rows) -> Decided:
-        d = _new_decided(rows)
+    def _decide(self, rows: Rows, d: Decided) -> None:
         n = rows.n
-        if n == 0:
-            return d
         policy = self.policy
         spec = self.spec
         step = policy.step
@@ -469,8 +477,6 @@ class SequentialDecider(_Decider):
                 reason[i] = PUBLISHED
                 late_cti[i] = published
         d.start = new_start
-        self.count(d, rows)
-        return d
 
     def partial(self) -> dict:
         return {"groups": dict(self.clocks),

@@ -15,6 +15,8 @@ from typing import Any, Sequence
 from engine import to_duration_ns
 from engine.errors import InputError
 from engine.policy import Policy
+from eventlog import CTI as CTI_CODE
+from eventlog import INSERT, JOIN, KIND_NAMES, LEAVE
 from operators import AdvanceTime, GoldilocksPolicy, HighState
 from operators.policies import resolve_policy
 
@@ -23,6 +25,7 @@ __all__ = [
     "TaskInfo",
     "build_policy",
     "build_advance",
+    "check_keys",
     "choose_plan",
     "running_max_policy",
     "KIND_NAMES",
@@ -53,9 +56,9 @@ __all__ = [
     "BAD_COUNT",
 ]
 
-# Row kinds as int8 codes; -1 marks a row whose kind is missing or unknown.
-INSERT, KIND_CTI, JOIN, LEAVE = 0, 1, 2, 3
-KIND_NAMES = ("insert", "cti", "join", "leave")
+# Row kinds as int8 codes: the event log's column form (-1 marks a row whose kind is missing
+# or unknown); KIND_CTI, since engine.event's CTI is an event's kind.
+KIND_CTI = CTI_CODE
 
 # Late-side actions (``late_action``); 0 is a row on time.
 ON_TIME, ADJUSTED, DROPPED, REJECTED = 0, 1, 2, 3
@@ -126,16 +129,24 @@ def build_policy(policy: str | Policy, delay: object, on_late: str, who: str) ->
 _ADVANCE_KEYS = ("every_events", "every", "delay", "on_late")
 
 
+def check_keys(value: object, role: str, allowed: Sequence[str], who: str, what: str) -> None:
+    """``value`` is a dict whose keys are all in ``allowed``; else an ``InputError`` naming
+    the option (``role``), the keys it does not know and those it does."""
+    if not isinstance(value, dict):
+        raise InputError(f"{who}: {role}={value!r}; expected a dict {what}")
+    unknown = [k for k in value if k not in allowed]
+    if unknown:
+        raise InputError(f"{who}: {role} has {', '.join(map(repr, unknown))}; expected "
+                         f"one of {', '.join(allowed)}")
+
+
 def build_advance(advance: object, on_late: str, who: str) -> tuple[tuple[str, Any], ...]:
     """``advance`` (the keyword arguments of ``operators.advance_time``) checked and
     normalised: durations in nanoseconds, ``on_late`` defaulting to the stage's."""
-    if not isinstance(advance, dict):
-        raise InputError(f"{who}: advance={advance!r}; expected a dict of advance_time's "
-                         "keyword arguments, e.g. {'every_events': 1} or {'every': '10 seconds'}")
-    unknown = [k for k in advance if k not in _ADVANCE_KEYS]
-    if unknown:
-        raise InputError(f"{who}: advance has {', '.join(map(repr, unknown))}; expected "
-                         f"advance_time's keywords {', '.join(_ADVANCE_KEYS)}")
+    check_keys(advance, "advance", _ADVANCE_KEYS, who,
+               "of advance_time's keyword arguments, e.g. {'every_events': 1} or "
+               "{'every': '10 seconds'}")
+    assert isinstance(advance, dict)
     options = {"on_late": on_late, **advance}
     AdvanceTime(**options)  # the engine's own checks and messages
     every = options.get("every")

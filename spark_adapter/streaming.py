@@ -45,7 +45,7 @@ from engine.policy import Policy
 from eventlog import time_scale
 from spark_adapter.session import use_driver_python
 from spark_adapter.stage_spec import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, StageSpec,
-                                      build_advance, build_policy, choose_plan)
+                                      build_advance, build_policy, check_keys, choose_plan)
 from spark_adapter.schema import WATERMARK_THRESHOLD
 
 __all__ = ["watermark_stage", "split_late", "DEFAULT_NAMES", "EVENT_LOG_STAGE", "stage_plan"]
@@ -133,13 +133,8 @@ def _kinds(kinds: Any) -> tuple[tuple[str, int], ...]:
 def _names(names: Any, user_columns: Sequence[str], time_is_timestamp: bool) -> dict:
     if names is None:
         names = {}
-    if not isinstance(names, dict):
-        raise _fail(f"names={names!r}; expected a dict renaming the added columns, e.g. "
-                    "{'cti': 'stage_cti'}")
-    unknown = [k for k in names if k not in DEFAULT_NAMES]
-    if unknown:
-        raise _fail(f"names has {', '.join(map(repr, unknown))}; the added columns are "
-                    f"{', '.join(DEFAULT_NAMES)}")
+    check_keys(names, "names", tuple(DEFAULT_NAMES), _WHO,
+               "renaming the added columns, e.g. {'cti': 'stage_cti'}")
     chosen = {**DEFAULT_NAMES, **names}
     for role, name in chosen.items():
         if not isinstance(name, str) or not name or name.startswith("_gl_"):
@@ -175,17 +170,16 @@ def _has_watermark(df: DataFrame) -> bool:
     return "EventTimeWatermark" in plan
 
 
-def stage_plan(df: DataFrame, *, delay: object = None, time_col: str, source_col: str,
-               kind_col: str | None = None, advance: dict | None = None,
-               policy: str | Policy = "goldilocks", on_late: str = "drop",
-               group_col: str | Sequence[str] | None = None,
-               order_by: Sequence[str] | None = None, end_col: str | None = None,
-               time_unit: str | None = None, kinds: dict | None = None,
-               names: dict | None = None, state_dir: str | None = None,
-               late_path: str | None = None, keep_late: bool = False,
-               name: str = "goldilocks") -> StageSpec:
-    """Check every option against the DataFrame (driver) and fix the stage's ``StageSpec``.
-    Raises ``InputError`` naming the option and what was expected."""
+def stage_plan(df: DataFrame, options: dict[str, Any]) -> StageSpec:
+    """Check every option of ``watermark_stage`` (``options``: its keyword arguments) against
+    the DataFrame (driver) and fix the stage's ``StageSpec``. Raises ``InputError`` naming
+    the option and what was expected."""
+    o = options
+    delay, time_col, source_col, kind_col = o["delay"], o["time_col"], o["source_col"], o["kind_col"]
+    advance, policy, on_late, group_col = o["advance"], o["policy"], o["on_late"], o["group_col"]
+    order_by, end_col, time_unit, kinds = o["order_by"], o["end_col"], o["time_unit"], o["kinds"]
+    names, state_dir, late_path = o["names"], o["state_dir"], o["late_path"]
+    keep_late, name = o["keep_late"], o["name"]
     if not isinstance(df, DataFrame):
         raise _fail(f"expected a DataFrame, got {type(df).__name__}")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -346,11 +340,8 @@ def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, sourc
     an integer, and ``cti`` (the CTI the row was judged against; null before the first). A
     stream gets a watermark that follows the CTI (module docstring).
     """
-    spec = stage_plan(df, delay=delay, time_col=time_col, source_col=source_col,
-                      kind_col=kind_col, advance=advance, policy=policy, on_late=on_late,
-                      group_col=group_col, order_by=order_by, end_col=end_col,
-                      time_unit=time_unit, kinds=kinds, names=names, state_dir=state_dir,
-                      late_path=late_path, keep_late=keep_late, name=name)
+    options = {k: v for k, v in locals().items() if k != "df"}  # the keywords, as given
+    spec = stage_plan(df, options)
     use_driver_python(df.sparkSession)  # before the function is shipped with its Python
     source = df
     if spec.plan == "sequential":  # a clock group's rows in one task, which sorts them
