@@ -21,9 +21,10 @@ from operator import attrgetter
 from typing import Any
 
 from engine.errors import ClosedError, InputError
-from engine.event import Event
+from engine.event import CTI, Event
 from engine.subscription import SubscriptionBase, refuse_subscription
 from engine.violations import report_violation
+from operators.union.align import Alignment
 
 __all__ = ["Input", "Intake", "Batch", "JOIN", "LEAVE", "ACTIVE", "COMPLETED", "FAILED",
            "REMOVED", "wake_future"]
@@ -75,7 +76,8 @@ class Input:
     __slots__ = ("name", "intake", "subscription", "imperative", "state", "error", "requested",
                  "received", "processed", "emitted", "dropped", "adjusted", "last_cti", "peak",
                  "prefetch", "left", "discarded", "low_water", "ctis", "gate", "credit_cond",
-                 "waiters", "sends")
+                 "waiters", "sends", "tracking", "progress", "timed", "heard", "idle", "idles",
+                 "paused", "pauses")
 
     def __init__(self, intake: Intake, name: str, prefetch: int, imperative: bool) -> None:
         self.name = name
@@ -104,6 +106,20 @@ class Input:
         self.credit_cond: threading.Condition | None = None
         self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.sends = 0       # ``await send`` calls since its task last yielded the loop
+        # Alignment and idleness (operators.union.align), noted only when the union has them:
+        # ``progress``, its latest CTI (``timed``: it has sent one) or else its latest insert
+        # start; ``heard``, the clock time of its latest arrival (or of credit after none);
+        # ``idle``/``idles``, idle now / times it went idle; ``paused``/``pauses``, withheld
+        # credit for being ahead now / times it was.
+        align = intake.align
+        self.tracking = align is not None
+        self.progress: int | None = None
+        self.timed = False
+        self.heard = 0 if align is None else align.now()
+        self.idle = False
+        self.idles = 0
+        self.paused = False
+        self.pauses = 0
 
     # ---------------------------------------------------------------- inner subscriber
     def on_subscribe(self, subscription: Any) -> None:
@@ -154,6 +170,8 @@ class Input:
         if event.__class__ is not Event:
             raise TypeError(f"union input {self.name!r} sent {type(event).__name__} "
                             f"{event!r}; expected an engine.Event")
+        if self.tracking:
+            self.saw(event)
         if event.source != self.name:
             return Event(event.kind, event.start, event.end, event.payload, self.name)
         return event
@@ -165,6 +183,9 @@ class Input:
         whole."""
         if set(map(type, events)) == {Event} and set(map(_SOURCE, events)) == {self.name}:
             self.arrived(len(events))
+            if self.tracking:
+                for event in events:
+                    self.saw(event)
             return events
         for i, event in enumerate(events):
             if event.__class__ is not Event:
@@ -179,6 +200,27 @@ class Input:
         received = self.received = self.received + n
         if received - self.processed > self.peak:
             self.peak = received - self.processed
+
+    def saw(self, event: Event) -> None:
+        """Note an arrival for alignment (TS §4.6) and idleness (TS §4.7): its progress, the
+        clock time it was heard, and an idle input resumed."""
+        t = event.start
+        if event.kind == CTI:
+            if not self.timed or t > self.progress:  # type: ignore[operator]
+                self.progress = t
+                self.timed = True
+        elif not self.timed and (self.progress is None or t > self.progress):
+            self.progress = t
+        align = self.intake.align
+        if align is not None and align.idle_after is not None:
+            self.heard = align.now()
+            if self.idle:
+                self.idle = False  # TS §4.7: its next arrival resumes it
+
+    def went_idle(self) -> None:
+        """Quiet for ``idle_after`` while holding credit (TS §4.7; under the intake's lock)."""
+        self.idle = True
+        self.idles += 1
 
     def send_batch(self, events: Sequence[Event], who: str) -> int:
         """Queue the longest prefix of ``events`` that credit allows as one ``Batch`` (one
@@ -235,18 +277,21 @@ class Intake:
     every arrival). The union's lifecycle as inputs see it: ``closed``, no more inputs may be
     added; ``done``, the union has ended; ``error``, the union failed: nothing more is
     accepted and no more credit is granted. ``low`` (set by the merge) and
-    ``starved`` (set here) ask for credit to be granted after a merge turn. ``fail``: how the
+    ``starved`` (set here: the total bound or alignment withheld some input's credit) ask for
+    credit to be granted after a merge turn. ``align``: alignment and idleness (TS §4.6,
+    §4.7), or ``None``. ``fail``: how the
     union fails, given by the union (for an input's error under ``fail_on_input_error``).
     """
 
     __slots__ = ("name", "prefetch", "max_buffered", "min_credit", "keep_departed",
                  "fail_on_input_error", "fail", "lock", "queue", "inputs", "active", "history",
                  "departed", "forgotten", "forgotten_totals", "added", "output", "closed",
-                 "done", "error", "peak", "rotate", "starved", "low")
+                 "done", "error", "peak", "rotate", "starved", "low", "align")
 
     def __init__(self, name: str, *, prefetch: int, max_buffered: int, min_credit: int,
                  keep_departed: int, fail_on_input_error: bool,
-                 fail: Callable[[BaseException], None]) -> None:
+                 fail: Callable[[BaseException], None], align: Alignment | None = None,
+                 ) -> None:
         self.name = name
         self.prefetch = prefetch
         self.max_buffered = max_buffered
@@ -271,6 +316,7 @@ class Intake:
         self.rotate = 0
         self.starved = False  # some input waits for credit the total bound withheld
         self.low = False      # some input's credit reached its low water: replenish
+        self.align = align    # alignment and idleness (TS §4.6, §4.7), if the union has them
 
     # ---------------------------------------------------------------- joining and leaving
     def new_input(self, name: str | None, prefetch: int | None, imperative: bool) -> Input:
@@ -372,10 +418,18 @@ class Intake:
             if not live:
                 return
             share = self.max_buffered // len(live) or 1  # TS §4.5: re-balanced as they come and go
+            align = self.align
+            now = 0
+            if align is not None:
+                now = align.now()
+                if align.review(live, now):
+                    self.starved = True  # TS §4.6: review again as the floor rises
             floor = self.min_credit
             start = self.rotate % len(live)
             self.rotate += 1
             for inp in live[start:] + live[:start]:
+                if inp.paused:
+                    continue  # TS §4.6: ahead of the floor by more than max_drift
                 target = inp.prefetch if inp.prefetch < share else share
                 # Set before ``held`` is read: the merge compares against it unlocked, so a
                 # crossing it misses was already seen here.
@@ -390,6 +444,8 @@ class Intake:
                 if held + n < floor:
                     n = floor - held  # beyond the total bound, by at most min_credit
                 if n > 0:
+                    if align is not None and inp.requested <= inp.received:
+                        inp.heard = now  # TS §4.7: quiet time counts from when it can send
                     inp.requested += n
                     free -= n
                     grants.append((inp.subscription, n))

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.errors import ClosedError
 from engine.event import Event
+from engine.clock import WALL, Clock
 from engine.executors import as_executor
 from engine.policy import Policy
 from engine.sinks import PublisherBase
@@ -17,6 +18,7 @@ from engine.sources import failed
 from engine.subscription import check_subscriber
 from operators.late import LateOutput
 import operators.union.ways_in as ways_in
+from operators.union.align import aligning
 from operators.union.handles import Emitter, EmitterSubscription, InputHandle
 from operators.union.inputs import Intake
 from operators.union.merge import Merge, Output
@@ -46,6 +48,17 @@ class Union(PublisherBase):
     input gets credit at once; the total is then at most ``max_buffered + min_credit ×
     active inputs``. 0 (the default) keeps the total within ``max_buffered``.
 
+    Alignment through demand (TS §4.6): with ``max_drift`` (a duration), an input whose
+    progress — its latest CTI, or its latest insert start until it sends a CTI — is more
+    than ``max_drift`` ahead of the slowest live input gets no new credit (``min_credit``
+    included) until the others catch up; nothing is dropped for being early. Idleness
+    (TS §4.7): with ``idle_after`` (a duration), an input that holds credit and sends nothing
+    for that long is idle (it no longer holds the others back) until its next arrival;
+    ``max_drift`` without ``idle_after`` uses ``DEFAULT_IDLE_AFTER``, so a producer that goes
+    quiet never holds the aligned inputs forever. ``clock``: where idleness is measured
+    (``engine.clock``; the wall clock by default, a ``VirtualClock`` in tests and replays).
+    See ``operators.union.align``.
+
     The configuration is fixed at construction.
     """
 
@@ -53,7 +66,8 @@ class Union(PublisherBase):
                  late_capacity: int = 10_000, fail_on_input_error: bool = False,
                  final_cti: bool = False, executor: object = None,
                  keep_departed: int = 1024, min_credit: int = 0,
-                 name: str = "union") -> None:
+                 max_drift: object = None, idle_after: object = None,
+                 clock: Clock | None = None, name: str = "union") -> None:
         if policy is None or not callable(getattr(policy, "step", None)):
             raise TypeError(f"{name}: policy must provide initial/step/join/leave, "
                             f"got {policy!r}")
@@ -75,9 +89,15 @@ class Union(PublisherBase):
         self.min_credit = min_credit
         self.late = LateOutput(late_capacity, name=f"{name}.late")
         self._executor = as_executor(executor)
+        align = aligning(name, max_drift, idle_after, clock)
+        self.max_drift = None if align is None else align.max_drift
+        self.idle_after = None if align is None else align.idle_after
         self._intake = Intake(name, prefetch=prefetch, max_buffered=max_buffered,
                               min_credit=min_credit, keep_departed=keep_departed,
-                              fail_on_input_error=fail_on_input_error, fail=self._fail)
+                              fail_on_input_error=fail_on_input_error, fail=self._fail,
+                              align=align)
+        if align is not None:
+            align.wake = self._intake.grant
         self._merge = Merge(policy, self._intake, self.late, final_cti)
 
     # ================================================================ inputs
@@ -231,7 +251,9 @@ class Union(PublisherBase):
             dropped + sum(s.dropped for s in inputs), adjusted + sum(s.adjusted for s in inputs),
             merge.output_cti, sum(s.buffered for s in inputs), intake.peak, self.max_buffered,
             self.late.stats(), intake.closed, intake.done, forgotten, self.keep_departed,
-            self.min_credit)
+            self.min_credit, self.max_drift, self.idle_after,
+            sum(s.paused for s in inputs), sum(s.idle for s in inputs),
+            None if intake.align is None else intake.align.floor)
 
     def __repr__(self) -> str:
         return f"Union({self.policy!r}, inputs={len(self._intake.inputs)})"

@@ -35,6 +35,11 @@ class InputStats:
     error: BaseException | None
     discarded: int           # arrived after remove() cancelled the input (RS §2.8)
     ctis: int                # CTIs from this input merged
+    progress: int | None = None  # latest CTI, or latest insert start until a CTI (TS §4.6)
+    paused: bool = False     # withheld credit for being ahead of the floor (TS §4.6)
+    pauses: int = 0          # times it was paused
+    idle: bool = False       # quiet for idle_after while holding credit (TS §4.7)
+    idles: int = 0           # times it went idle (each ended by its next arrival)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,11 @@ class UnionStats:
     forgotten: int = 0               # inputs that left whose own stats were let go (counted
     keep_departed: int = 0           # in the totals above); the bound on those kept
     min_credit: int = 0              # credit every input holds at least (TS §4.5)
+    max_drift: int | None = None     # alignment (TS §4.6), ns; None: off
+    idle_after: int | None = None    # idleness (TS §4.7), ns; None: off
+    paused: int = 0                  # inputs paused now for being ahead
+    idle: int = 0                    # inputs idle now
+    floor: int | None = None         # least progress of the live, non-idle inputs (TS §4.6)
 
     def input(self, name: str) -> InputStats:
         """The line of the input named ``name`` (the latest, if the name was reused)."""
@@ -75,4 +85,5 @@ def input_stats(inp: Input, against: int | None) -> InputStats:
     return InputStats(inp.name, inp.state, received - ctis, inp.emitted, inp.dropped,
                       inp.adjusted, last, None if against is None or last is None
                       else against - last, received - inp.processed, inp.peak, inp.prefetch,
-                      inp.error, inp.discarded, ctis)
+                      inp.error, inp.discarded, ctis, inp.progress, inp.paused, inp.pauses,
+                      inp.idle, inp.idles)

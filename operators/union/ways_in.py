@@ -172,6 +172,10 @@ def _enqueue(intake: Intake, counts: list[tuple[Input, int]], events: Sequence[E
             return _feed_each(intake, column(), events, locked=True)
         for inp, n in counts:
             inp.arrived(n)
+        if intake.align is not None:  # TS §4.6, §4.7: progress and idleness, per input
+            by_name: dict[str | None, Input] = {inp.name: inp for inp, _ in counts}
+            for event in events:
+                by_name[event.source].saw(event)
         intake.queue.append((None, Batch(events, counts)))
     finally:
         for gate in gates:
