@@ -13,8 +13,9 @@ import argparse
 import json
 import sys
 
-from benchmarks.harness import (ALL_NAMES, MEMORY, SHORT_RUN, CountMismatch, Row, check_targets,
-                                child_main, machine, rows_to_json, run)
+from benchmarks.harness import (ALL_NAMES, MEMORY, SHORT_RUN, UNORDERED, CountMismatch, Row,
+                                check_targets, child_main, machine, rows_to_json, run)
+from benchmarks.workload import Workload
 
 __all__ = ["main", "print_table", "markdown_table"]
 
@@ -36,7 +37,8 @@ def _fmt_mib(x: float | None) -> str:
     return "-" if x is None else f"{x:,.1f}"
 
 
-def print_table(rows: list[Row], *, n: int, rounds: int, memory_events: int) -> None:
+def print_table(rows: list[Row], *, n: int, rounds: int, memory_events: int,
+                seed: int | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -62,6 +64,14 @@ def print_table(rows: list[Row], *, n: int, rounds: int, memory_events: int) -> 
         console.print(f"counts (every deterministic implementation agreed): "
                       f"{counts.inserts:,} inserts emitted, {counts.ctis:,} CTIs emitted, "
                       f"{counts.late:,} late")
+    scheduled = [row for row in rows if row.counts is not None and row.name in UNORDERED]
+    if scheduled:  # arrival order up to the scheduler: how many came out late (TS §4.6)
+        truth = (Workload(n) if seed is None else Workload(n, seed)).time_order_counts()
+        total = truth.inserts + truth.late
+        console.print(f"late inserts, arrival order up to the scheduler (in time order the "
+                      f"workload has {truth.late:,}, {truth.late / total:.2%}): " + "; ".join(
+                          f"{row.name} {row.counts.late:,} ({row.counts.late / total:.2%})"
+                          for row in scheduled if row.counts is not None))
     mem = next((row for row in rows if row.name == MEMORY), None)
     if mem is not None:
         console.print(f"{MEMORY}: {memory_events:,} events, one rate (not rounds)")
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except CountMismatch as err:
         print(f"FAILED: implementations disagree: {err}", file=sys.stderr)
         return 1
-    print_table(rows, n=n, rounds=args.rounds, memory_events=memory_events)
+    print_table(rows, n=n, rounds=args.rounds, memory_events=memory_events, seed=args.seed)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows_to_json(rows), f, indent=2)

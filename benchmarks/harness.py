@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 from benchmarks import ours, peers
 from benchmarks.workload import Counts, Workload
 
-__all__ = ["Impl", "IMPLS", "NAMES", "ALL_NAMES", "EXTRA", "Row", "CountMismatch", "run",
+__all__ = ["Impl", "IMPLS", "NAMES", "ALL_NAMES", "EXTRA", "UNORDERED", "Row", "CountMismatch", "run",
            "rows_to_json",
            "measure_rss", "machine", "TARGETS", "check_targets"]
 
@@ -50,6 +50,9 @@ IMPLS: tuple[Impl, ...] = (
     Impl("union_batches", ours.union_batches, "ours", True, ("merged",)),
     Impl("union_threads", ours.union_threads, "ours", False, ("per_input",)),
     Impl("union_threads_batches", ours.union_threads_batches, "ours", False, ("per_input",)),
+    Impl("union_threads_aligned", ours.union_threads_aligned, "ours", False, ("per_input",)),
+    Impl("union_threads_batches_aligned", ours.union_threads_batches_aligned, "ours", False,
+         ("per_input",)),
     Impl("union_asyncio", ours.union_asyncio, "ours", False, ("per_input",)),
     Impl("cti_sync", ours.cti_sync, "ours", True, ("merged",)),
     Impl("columnar", ours.columnar, "ours", True, ("columns",)),
@@ -58,8 +61,11 @@ IMPLS: tuple[Impl, ...] = (
 )
 MEMORY = "slow_subscriber_memory"
 #: Rows printed but not written to JSON, whose names are fixed (``NAMES``).
-EXTRA: tuple[str, ...] = ("step_loop", "union_feed", "union_batches", "union_threads_batches")
+EXTRA: tuple[str, ...] = ("step_loop", "union_feed", "union_batches", "union_threads_batches",
+                          "union_threads_aligned", "union_threads_batches_aligned")
 ALL_NAMES: tuple[str, ...] = tuple(i.name for i in IMPLS) + (MEMORY,)
+#: Rows whose arrival order is up to the scheduler (their late count varies from run to run)
+UNORDERED: tuple[str, ...] = tuple(i.name for i in IMPLS if not i.deterministic)
 NAMES: tuple[str, ...] = tuple(name for name in ALL_NAMES if name not in EXTRA)
 _BY_NAME = {i.name: i for i in IMPLS}
 

@@ -8,6 +8,8 @@
 - ``union_threads``: the same union fed by four producer threads (``send_blocking``).
 - ``union_threads_batches``: the same, each thread sending its list with
   ``send_many_blocking`` (batches as credit allows).
+- ``union_threads_aligned``, ``union_threads_batches_aligned``: those two with alignment
+  through demand (``Union(max_drift=…)``): no input runs ahead of the others' time.
 - ``union_asyncio``: the same union fed by four asyncio tasks (``await send``).
 - ``cti_sync``: ``pipe(from_iterable(merged), cti_sync(delay))`` — one stream, no union.
 - ``columnar``: the policy's numpy kernel (``policy.run_columns``) over the workload columns.
@@ -40,7 +42,8 @@ from operators.union import Union
 from benchmarks.workload import DELAY, Counts, Workload
 
 __all__ = ["CountingSubscriber", "CountingBatchSubscriber", "union_inline", "union_feed",
-           "union_batches", "union_threads", "union_threads_batches", "union_asyncio",
+           "union_batches", "union_threads", "union_threads_batches", "union_threads_aligned",
+           "union_threads_batches_aligned", "ALIGNED", "union_asyncio",
            "cti_sync",
            "columnar", "replay_jsonl", "replay_parquet", "slow_subscriber_memory",
            "RSSSampler", "WAIT"]
@@ -232,10 +235,11 @@ def union_threads(w: Workload) -> tuple[Counts, int]:
     return _threaded("union_threads", w, produce)
 
 
-def _threaded(who: str, w: Workload, produce: Any) -> tuple[Counts, int]:
+def _threaded(who: str, w: Workload, produce: Any, **options: Any) -> tuple[Counts, int]:
     """A union whose four inputs are fed by ``produce(emitter, events)`` on four pool
-    threads (the merge on whichever producer signals), into the counting subscriber."""
-    union = Union(goldilocks(DELAY))
+    threads (the merge on whichever producer signals), into the counting subscriber;
+    ``options`` go to the ``Union``."""
+    union = Union(goldilocks(DELAY), **options)
     emitters = [union.open_input(name) for name in w.names]
     sub = CountingSubscriber()
     union.subscribe(sub)
@@ -259,6 +263,36 @@ def union_threads_batches(w: Workload) -> tuple[Counts, int]:
         em.complete()
 
     return _threaded("union_threads_batches", w, produce)
+
+
+#: The aligned rows' union options: an input more than ALIGNED["max_drift"] ahead of the
+#: slowest waits for credit; each input's credit small enough that what it holds cannot
+#: carry it past the delay (TS §4.6: max_drift + prefetch ticks + a CTI's spacing).
+ALIGNED: dict[str, Any] = {"max_drift": 0, "prefetch": 64}
+
+
+def union_threads_aligned(w: Workload) -> tuple[Counts, int]:
+    """``union_threads`` with alignment through demand (``ALIGNED``)."""
+
+    def produce(em: Any, events: list) -> None:
+        send = em.send_blocking
+        for e in events:
+            if not send(e, WAIT):
+                raise BenchmarkError(f"union_threads_aligned: {em.name} waited {WAIT} s")
+        em.complete()
+
+    return _threaded("union_threads_aligned", w, produce, **ALIGNED)
+
+
+def union_threads_batches_aligned(w: Workload) -> tuple[Counts, int]:
+    """``union_threads_batches`` with alignment through demand (``ALIGNED``)."""
+
+    def produce(em: Any, events: list) -> None:
+        if em.send_many_blocking(events, WAIT) != len(events):
+            raise BenchmarkError(f"union_threads_batches_aligned: {em.name} waited {WAIT} s")
+        em.complete()
+
+    return _threaded("union_threads_batches_aligned", w, produce, **ALIGNED)
 
 
 def union_asyncio(w: Workload) -> tuple[Counts, int]:

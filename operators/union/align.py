@@ -10,9 +10,12 @@ within ``max_drift`` of it. Nothing is dropped or buffered for being early: the 
 is not asked for more, and what it sends with the credit it already holds (at most its
 ``prefetch``) is merged as usual.
 
-No input waits on one that cannot move: the inputs at the floor are never paused; an input
-that left (completed, failed, removed) is not live; one that has shown no progress yet, or is
-idle, does not count for the floor. An input is idle once it has held credit for
+No input waits on one that cannot move: the inputs at the floor are never paused, nor is an
+input that has shown no progress yet (it holds credit, so it can send); an input that left
+(completed, failed, removed) is not live, and an idle one does not count for the floor. A
+live input that has shown no progress yet may be anywhere in time: until it shows some (or
+goes idle), every input that has shown progress is paused — as a split without a watermark
+holds back Flink's aligned sources. An input is idle once it has held credit for
 ``idle_after`` without sending anything (time on the union's injected clock); its next
 arrival resumes it. While an input is paused or could go idle, an alarm on the clock reviews
 the inputs when the next one would become idle, so a paused input is released even when
@@ -28,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.clock import WALL, Clock
-from engine.times import to_duration_ns
+from engine.times import MIN_TIME, to_duration_ns
 
 __all__ = ["Alignment", "aligning", "DEFAULT_IDLE_AFTER"]
 
@@ -96,6 +99,7 @@ class Alignment:
         ``live``: the live ``operators.union.inputs.Input``s (this module sits below it)."""
         idle_after = self.idle_after
         floor: int | None = None
+        unknown = False  # a live input that is not idle has shown no progress yet
         soonest: int | None = None
         for inp in live:
             if idle_after is not None and not inp.idle:
@@ -105,16 +109,20 @@ class Alignment:
                         inp.went_idle()
                     elif soonest is None or due < soonest:
                         soonest = due
-            progress = inp.progress
-            if inp.idle or progress is None:
+            if inp.idle:
                 continue
-            if floor is None or progress < floor:
+            progress = inp.progress
+            if progress is None:
+                unknown = True
+            elif floor is None or progress < floor:
                 floor = progress
-        self.floor = floor
+        self.floor = None if unknown else floor
         paused = False
         drift = self.max_drift
         if drift is not None:
-            limit = None if floor is None else floor + drift
+            # An input whose time is not known yet may be anywhere: every input that has
+            # shown progress waits until it shows its own, or goes idle.
+            limit = None if floor is None else (MIN_TIME if unknown else floor + drift)
             for inp in live:
                 progress = inp.progress
                 ahead = limit is not None and progress is not None and progress > limit

@@ -34,35 +34,50 @@ def test_ts_4_6_an_input_ahead_gets_no_credit_until_the_floor_rises():
     a, b = union.open_input("A"), union.open_input("B")
     assert a.try_send(Event.cti(100)) and b.try_send(Event.cti(10))
     # A holds the credit it was given before it was seen ahead: it may use it
-    assert a.try_send(Event.point(101)) and a.try_send(Event.point(102))
-    assert not a.try_send(Event.point(103))  # TS §4.6: no new credit
+    assert a.try_send(Event.point(101))
+    assert not a.try_send(Event.point(102))  # TS §4.6: no new credit
     stats = union.stats()
     assert stats.input("A").paused and stats.input("A").pauses == 1
     assert stats.paused == 1 and stats.floor == 10 and stats.max_drift == 5
     assert not stats.input("B").paused
     assert b.try_send(Event.cti(94))          # still more than 5 behind A
-    assert not a.try_send(Event.point(103))
+    assert not a.try_send(Event.point(102))
     assert b.try_send(Event.cti(95))          # within max_drift of A: A gets credit again
     assert not union.stats().input("A").paused
-    assert a.try_send(Event.point(103))
+    assert a.try_send(Event.point(102))
     assert union.stats().input("A").pauses == 1
     assert [e.start for e in out if e.kind == CTI] == [90]  # A's CTI, delayed by 10
 
 
-def test_ts_4_6_inputs_without_progress_or_gone_do_not_hold_others_back():
+def test_ts_4_6_an_input_without_progress_holds_the_others_until_it_shows_some():
     clock = VirtualClock()
-    union, _ = _union(max_drift=0, clock=clock, prefetch=1)
+    union, _ = _union(max_drift=0, idle_after=1_000, clock=clock, prefetch=1)
     a, b, c = (union.open_input(n) for n in "ABC")
-    assert b.try_send(Event.cti(10))  # C has sent nothing: not in the floor
-    assert a.try_send(Event.cti(50))
+    assert b.try_send(Event.cti(10))
+    assert not b.try_send(Event.cti(11))      # A and C have shown nothing: B waits
+    assert union.stats().input("B").paused and union.stats().floor is None
+    assert a.try_send(Event.cti(50))          # A shows 50; C still nothing
+    assert not union.stats().input("C").paused  # C holds credit: it can always send
+    clock.advance(1_000)                       # C quiet with credit: idle, floor B's 10
+    stats = union.stats()
+    assert stats.input("C").idle and stats.floor == 10
+    assert stats.input("A").paused and not stats.input("B").paused
+    assert b.try_send(Event.cti(11))
+
+
+def test_ts_4_6_inputs_that_left_do_not_hold_others_back():
+    union, _ = _union(max_drift=0, clock=VirtualClock(), prefetch=1)
+    a, b = union.open_input("A"), union.open_input("B")
+    assert b.try_send(Event.cti(10)) and a.try_send(Event.cti(50))
     assert not a.try_send(Event.point(51))    # B at 10 holds A (at 50) back
     assert union.stats().input("A").paused
     b.complete()                              # B leaves: the floor is A's own
     assert a.try_send(Event.point(51))
+    c = union.open_input("C")
     assert c.try_send(Event.point(5))         # C shows progress 5: A is ahead again
     assert a.try_send(Event.point(52))        # the credit A was given before: still its own
     assert not a.try_send(Event.point(53))
-    c.complete()
+    c.remove()
     assert a.try_send(Event.point(53))
 
 
