@@ -138,21 +138,25 @@ class LateRecord:
 
     ``input``: the input (device) name; ``event``: the event as it arrived; ``cti``: the CTI it
     violated (its start was before it); ``action``: ``"dropped"`` or ``"adjusted"``;
-    ``adjusted``: the clipped event that was emitted instead, for ``"adjusted"``.
+    ``adjusted``: the clipped event that was emitted instead, for ``"adjusted"``;
+    ``reason``: why it was late when more can be said than "before the CTI" — the rule that
+    set that CTI (``"quantile"``, ``"max_ahead"``) or the input's own state (``"resumed"``:
+    it had gone idle, and time moved on without it, TS §4.7); ``None`` otherwise.
     """
 
-    __slots__ = ("input", "event", "cti", "action", "adjusted")
+    __slots__ = ("input", "event", "cti", "action", "adjusted", "reason")
 
     def __init__(self, input: str | None, event: Event, cti: int, action: str,
-                 adjusted: Event | None = None) -> None:
+                 adjusted: Event | None = None, reason: str | None = None) -> None:
         self.input = input
         self.event = event
         self.cti = cti
         self.action = action
         self.adjusted = adjusted
+        self.reason = reason
 
     def _key(self) -> tuple:
-        return (self.input, self.event, self.cti, self.action, self.adjusted)
+        return (self.input, self.event, self.cti, self.action, self.adjusted, self.reason)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not LateRecord:
@@ -164,7 +168,9 @@ class LateRecord:
 
     def __repr__(self) -> str:
         return (f"LateRecord(input={self.input!r}, event={self.event!r}, cti={self.cti}, "
-                f"action={self.action!r}" + (f", adjusted={self.adjusted!r})" if self.adjusted else ")"))
+                f"action={self.action!r}" + (f", adjusted={self.adjusted!r}" if self.adjusted
+                                             else "")
+                + (f", reason={self.reason!r})" if self.reason else ")"))
 
     def __reduce__(self):
         return (LateRecord, self._key())

@@ -77,7 +77,7 @@ class Input:
                  "received", "processed", "emitted", "dropped", "adjusted", "last_cti", "peak",
                  "prefetch", "left", "discarded", "low_water", "ctis", "gate", "credit_cond",
                  "waiters", "sends", "tracking", "progress", "timed", "heard", "idle", "idles",
-                 "paused", "pauses")
+                 "paused", "pauses", "resumed")
 
     def __init__(self, intake: Intake, name: str, prefetch: int, imperative: bool) -> None:
         self.name = name
@@ -110,7 +110,7 @@ class Input:
         # ``progress``, its latest CTI (``timed``: it has sent one) or else its latest insert
         # start; ``heard``, the clock time of its latest arrival (or of credit after none);
         # ``idle``/``idles``, idle now / times it went idle; ``paused``/``pauses``, withheld
-        # credit for being ahead now / times it was.
+        # credit for being ahead now / times it was; ``resumed`` (written by the merge too).
         align = intake.align
         self.tracking = align is not None
         self.progress: int | None = None
@@ -120,6 +120,7 @@ class Input:
         self.idles = 0
         self.paused = False
         self.pauses = 0
+        self.resumed = False  # resumed from idle and no CTI of its own merged since (TS §4.7)
 
     # ---------------------------------------------------------------- inner subscriber
     def on_subscribe(self, subscription: Any) -> None:
@@ -216,6 +217,7 @@ class Input:
             self.heard = align.now()
             if self.idle:
                 self.idle = False  # TS §4.7: its next arrival resumes it
+                self.resumed = True
 
     def went_idle(self) -> None:
         """Quiet for ``idle_after`` while holding credit (TS §4.7; under the intake's lock)."""

@@ -31,16 +31,19 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
-from engine.event import ADJUSTED, CTI, Event
+from engine.event import ADJUSTED, CTI, Event, LateRecord
 from engine.contracts import MAX_DEMAND
 from engine.executors import INLINE, Executor
-from engine.policy import Outputs, Policy, step_many
+from engine.policy import LateEntry, Outputs, Policy, step_many
 from engine.subscription import SubscriptionBase
 from engine.times import MAX_TIME
 from operators.late import LateOutput
 from operators.union.inputs import JOIN, Batch, Input, Intake
 
 __all__ = ["Merge", "Output", "PolicyFailed"]
+
+#: a late record's reason for an input that resumed from idle (TS §4.7)
+RESUMED = "resumed"
 
 _INPUT = attrgetter("input")    # of a late entry (engine.policy.LateEntry)
 _ACTION = attrgetter("action")
@@ -61,6 +64,20 @@ def _call_policy(method: Callable[[Any, Any], tuple[Any, Outputs]], state: Any,
         return method(state, arg)
     except Exception as err:  # user code: the policy (RS §1.4)
         raise PolicyFailed(err) from err
+
+
+def _resumed_records(events: Any, late: list[LateEntry], ctis: list[Event],
+                     resumed: list[str]) -> list[LateRecord]:
+    """A batch's late records when some of its inputs had resumed from idle (TS §4.7): each
+    of theirs before their first CTI in the batch has the reason ``"resumed"``."""
+    at = {id(e): i for i, e in enumerate(events)}
+    until: dict[str | None, int] = {name: len(events) for name in resumed}
+    for cti in reversed(ctis):
+        if cti.source in until:
+            until[cti.source] = at[id(cti)]
+    return [LateRecord(entry.input, entry.event, entry.cti, entry.action, entry.adjusted,
+                       RESUMED if at[id(entry.event)] < until.get(entry.input, -1) else None)
+            for entry in late]
 
 
 def _settling(element: Any) -> None:
@@ -111,6 +128,7 @@ class Merge:
             if item.kind == CTI:
                 inp.last_cti = item.start
                 inp.ctis += 1  # TS §3.4: not an insert; counted apart
+                inp.resumed = False  # TS §4.7: its own time is known again
         elif item is JOIN:
             state, outputs = _call_policy(self.policy.join, state, inp.name)
             intake.low = True  # the fair share changed (TS §4.5)
@@ -137,6 +155,8 @@ class Merge:
                     inp.adjusted += 1
                 else:
                     inp.dropped += 1
+                if inp.resumed:
+                    o.reason = RESUMED  # TS §4.7
                 self.late.push(o)
 
     def arrive_batch(self, batch: Batch, state: Any, out: list[Event]) -> Any:
@@ -150,6 +170,7 @@ class Merge:
         counts = batch.counts
         by_name = batch.by_name
         intake = self.intake
+        resumed = [inp.name for inp, _ in counts if inp.resumed]  # TS §4.7
         inserts = {}
         for inp, n in counts:
             held = inp.requested - inp.processed
@@ -161,10 +182,14 @@ class Merge:
             inp = by_name[e.source]  # stamped with its input's name
             inp.last_cti = e.start
             inp.ctis += 1
+            inp.resumed = False
             inserts[inp] -= 1
         dropped = 0
         if late:
-            self.late.push_entries(late)  # TS §3.3
+            if not resumed:
+                self.late.push_entries(late)  # TS §3.3
+            else:  # TS §4.7: the records of inputs that resumed say so, until their CTI
+                self.late.push_many(_resumed_records(events, late, ctis, resumed))
             adjusted = list(map(_ACTION, late)).count(ADJUSTED)
             dropped = len(late) - adjusted
             if len(counts) == 1:

@@ -235,3 +235,60 @@ def test_ts_4_6_without_alignment_the_same_schedule_makes_on_time_inserts_late()
     assert len(unaligned.late.drain()) > 50
     aligned, _ = _run(streams, schedule, DRIFT)
     assert aligned.late.drain() == []
+
+
+def test_ts_4_7_late_records_of_an_input_that_resumed_say_so():
+    clock = VirtualClock()
+    union, out = _union(delay=0, idle_after=1_000, clock=clock)
+    a, b = union.open_input("A"), union.open_input("B")
+    assert b.try_send(Event.cti(10)) and a.try_send(Event.cti(10))
+    assert b.try_send(Event.point(5))          # late, but B was never idle
+    clock.advance(1_000)                        # both quiet: idle
+    assert union.stats().idle == 2
+    assert a.try_send(Event.cti(500))           # A resumes and moves time on
+    assert b.try_send(Event.point(20))          # B resumes behind it: late, "resumed"
+    assert b.try_send_many([Event.point(21), Event.cti(600), Event.point(30)])
+    late = union.late.drain()
+    assert [(r.event.start, r.reason) for r in late] == [
+        (5, None), (20, "resumed"), (21, "resumed"), (30, None)]
+    assert union.stats().input("B").idles == 1 and not union.stats().input("B").idle
+
+
+def test_ts_4_6_asyncio_producers_get_alignment_through_credit():
+    """Four tasks whose clocks run 50 apart, each awaiting credit: with alignment they lose
+    only what time order loses (the inserts drawn late), without it far more."""
+    import asyncio
+    import random
+
+    rng = random.Random(7)
+    streams = []
+    for i in range(4):
+        events = []
+        for j in range(2_000):
+            t = 1_000 + j + 50 * i
+            if j % 100 == 99:
+                events.append(Event.cti(t, source=f"in{i}"))
+            else:
+                s = t - (500 if rng.random() < 0.01 else 0)
+                events.append(Event.point(s, payload=(i, j), source=f"in{i}"))
+        streams.append(events)
+    _, truth = reference_goldilocks(_time_order(streams), 100)
+
+    async def run(**options):
+        union, _ = _union(delay=100, **options)
+        emitters = [union.open_input(f"in{i}") for i in range(4)]
+
+        async def produce(em, events):
+            for e in events:
+                await em.send(e)
+            em.complete()
+
+        await asyncio.gather(*(produce(em, s) for em, s in zip(emitters, streams)))
+        union.close()
+        return union
+
+    aligned = asyncio.run(run(max_drift=0, prefetch=32, clock=VirtualClock()))
+    unaligned = asyncio.run(run())
+    assert sorted(r.event.payload for r in aligned.late.drain()) == sorted(
+        r.event.payload for r in truth)
+    assert len(unaligned.late.drain()) > 3 * len(truth)
