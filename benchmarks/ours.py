@@ -221,18 +221,34 @@ def union_batches(w: Workload) -> tuple[Counts, int]:
     return _union_result("union_batches", union, sub, w.inserts)
 
 
-def union_threads(w: Workload) -> tuple[Counts, int]:
-    """Four producer threads on a pool, each blocking for credit (``send_blocking``); the
-    merge runs on whichever producer thread signals it (``executor=None``)."""
+def _send_each(who: str) -> Any:
+    """A producer sending its events one by one, each blocking for credit."""
 
     def produce(em: Any, events: list) -> None:
         send = em.send_blocking
         for e in events:
             if not send(e, WAIT):
-                raise BenchmarkError(f"union_threads: {em.name} waited {WAIT} s for credit")
+                raise BenchmarkError(f"{who}: {em.name} waited {WAIT} s for credit")
         em.complete()
 
-    return _threaded("union_threads", w, produce)
+    return produce
+
+
+def _send_all(who: str) -> Any:
+    """A producer handing its whole list to ``send_many_blocking``."""
+
+    def produce(em: Any, events: list) -> None:
+        if em.send_many_blocking(events, WAIT) != len(events):
+            raise BenchmarkError(f"{who}: {em.name} waited {WAIT} s for credit")
+        em.complete()
+
+    return produce
+
+
+def union_threads(w: Workload) -> tuple[Counts, int]:
+    """Four producer threads on a pool, each blocking for credit (``send_blocking``); the
+    merge runs on whichever producer thread signals it (``executor=None``)."""
+    return _threaded("union_threads", w, _send_each("union_threads"))
 
 
 def _threaded(who: str, w: Workload, produce: Any, **options: Any) -> tuple[Counts, int]:
@@ -256,13 +272,7 @@ def union_threads_batches(w: Workload) -> tuple[Counts, int]:
     """``union_threads`` through the batch path: each of the four producer threads hands its
     whole list to ``send_many_blocking``, which sends as much as credit allows as one batch
     and blocks for more; the output goes to the same per-element counting subscriber."""
-
-    def produce(em: Any, events: list) -> None:
-        if em.send_many_blocking(events, WAIT) != len(events):
-            raise BenchmarkError(f"union_threads_batches: {em.name} waited {WAIT} s for credit")
-        em.complete()
-
-    return _threaded("union_threads_batches", w, produce)
+    return _threaded("union_threads_batches", w, _send_all("union_threads_batches"))
 
 
 #: The aligned rows' union options: an input more than ALIGNED["max_drift"] ahead of the
@@ -273,26 +283,14 @@ ALIGNED: dict[str, Any] = {"max_drift": 0, "prefetch": 64}
 
 def union_threads_aligned(w: Workload) -> tuple[Counts, int]:
     """``union_threads`` with alignment through demand (``ALIGNED``)."""
-
-    def produce(em: Any, events: list) -> None:
-        send = em.send_blocking
-        for e in events:
-            if not send(e, WAIT):
-                raise BenchmarkError(f"union_threads_aligned: {em.name} waited {WAIT} s")
-        em.complete()
-
-    return _threaded("union_threads_aligned", w, produce, **ALIGNED)
+    who = "union_threads_aligned"
+    return _threaded(who, w, _send_each(who), **ALIGNED)
 
 
 def union_threads_batches_aligned(w: Workload) -> tuple[Counts, int]:
     """``union_threads_batches`` with alignment through demand (``ALIGNED``)."""
-
-    def produce(em: Any, events: list) -> None:
-        if em.send_many_blocking(events, WAIT) != len(events):
-            raise BenchmarkError(f"union_threads_batches_aligned: {em.name} waited {WAIT} s")
-        em.complete()
-
-    return _threaded("union_threads_batches_aligned", w, produce, **ALIGNED)
+    who = "union_threads_batches_aligned"
+    return _threaded(who, w, _send_all(who), **ALIGNED)
 
 
 def union_asyncio(w: Workload) -> tuple[Counts, int]:

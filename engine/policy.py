@@ -56,6 +56,9 @@ class LateEntry(NamedTuple):
     cti: int                # the CTI it violated
     action: str             # "dropped" or "adjusted"
     adjusted: Event | None  # the clipped event emitted instead, for "adjusted"
+    # why, when a rule says more (``LateRecord.reason``); a hot path may build the entry
+    # without it (five fields), which ``LateRecord(*entry)`` reads as ``None``
+    reason: str | None = None
 
 
 @runtime_checkable
@@ -110,7 +113,8 @@ def step_many(policy: Policy, state: Any, events: Any,
         state, outputs = step(state, event)
         for out in outputs:
             if isinstance(out, LateRecord):
-                late.append(LateEntry(out.input, out.event, out.cti, out.action, out.adjusted))
+                late.append(LateEntry(out.input, out.event, out.cti, out.action, out.adjusted,
+                                      out.reason))
             else:
                 emitted.append(out)
     return state, emitted, late, ctis

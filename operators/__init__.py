@@ -15,6 +15,7 @@ from operators.policies import (
     goldilocks,
     max_policy,
     min_policy,
+    quantile_policy,
 )
 from operators.reorder_buffer import ReorderBuffer
 from operators.timegen import AdvanceTime
@@ -43,6 +44,7 @@ __all__ = [
     "goldilocks",
     "min_policy",
     "max_policy",
+    "quantile_policy",
     "GoldilocksPolicy",
     "MinPolicy",
     "HighState",

@@ -1,4 +1,5 @@
-"""CTI policies as pure scan steps: ``goldilocks``, ``max_policy``, ``min_policy``.
+"""CTI policies as pure scan steps: ``goldilocks``, ``max_policy``, ``min_policy`` (and, from
+``operators.robust``, ``quantile_policy`` and ``goldilocks(…, max_ahead=…)``).
 
 A policy turns the arrivals of many inputs (``event.source`` names the input) into one stream
 with one monotone clock. It is a pure step over a small frozen state (DESIGN §1, §5)::
@@ -34,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any, Callable, overload
 
 import numpy as np
 
@@ -43,11 +44,15 @@ from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
 from engine.policy import LateEntry, Policy
 from engine.times import MIN_TIME, to_duration_ns
 from operators.columnar import goldilocks_columns
+from operators.lateness import (ON_LATE, PolicyBase, check_on_late as _check_on_late,
+                                late_outputs as _late)
+from operators.robust import GuardedPolicy, guarded_goldilocks, quantile_policy
 
 __all__ = [
     "goldilocks",
     "max_policy",
     "min_policy",
+    "quantile_policy",
     "GoldilocksPolicy",
     "MinPolicy",
     "HighState",
@@ -59,27 +64,7 @@ __all__ = [
     "resolve_policy",
 ]
 
-#: The accepted values of ``on_late``: drop late inserts (TS §3.1) or clip them (TS §3.2).
-ON_LATE = ("drop", "adjust")
-
 _NONE: tuple = ()  # the shared empty output
-
-
-def _check_on_late(who: str, on_late: object) -> str:
-    if on_late not in ON_LATE:
-        raise InputError(
-            f"{who}: on_late={on_late!r} is not a late policy; expected 'drop' or 'adjust'"
-        )
-    return on_late
-
-
-def _late(event: Event, high: int, adjust: bool) -> tuple:
-    """Outputs for an insert that starts before the CTI in force ``high`` (TS §2.4)."""
-    # TS §3.2: still overlaps; a point [s, s+1) with s < high never does (an insert's end is an int)
-    if adjust and event.end > high:  # type: ignore[operator]
-        clipped = Event(event.kind, high, event.end, event.payload, event.source)
-        return clipped, LateRecord(event.source, event, high, ADJUSTED, clipped)  # TS §3.3
-    return (LateRecord(event.source, event, high, DROPPED),)  # TS §3.1, §3.3
 
 
 # -- goldilocks / max --------------------------------------------------------------------------
@@ -94,7 +79,7 @@ class HighState:
 _INITIAL_HIGH = HighState()
 
 
-class GoldilocksPolicy:
+class GoldilocksPolicy(PolicyBase):
     """The delayed-CTI policy (seed ``002``, "Round 2"; DESIGN §5). Build it with ``goldilocks``.
 
     A CTI at ``t`` from any input becomes ``d = max(t - delay, MIN_TIME)`` (TS §2.2) and is
@@ -104,17 +89,7 @@ class GoldilocksPolicy:
     its time does not close everyone's.
     """
 
-    __slots__ = ("name", "delay", "on_late", "_adjust")
-
-    name: str
-    delay: int
-    on_late: str
-
-    def __init__(self, name: str, delay: int, on_late: str) -> None:
-        self.name = name
-        self.delay = delay
-        self.on_late = on_late
-        self._adjust = on_late == "adjust"
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return f"{self.name}(delay={self.delay}, on_late={self.on_late!r})"
@@ -211,12 +186,27 @@ class GoldilocksPolicy:
         return action, cti, (state if high == state.high else HighState(high))
 
 
-def goldilocks(delay: object, on_late: str = "drop") -> GoldilocksPolicy:
+@overload
+def goldilocks(delay: object, on_late: str = "drop", *,
+               max_ahead: None = None) -> GoldilocksPolicy: ...
+
+
+@overload
+def goldilocks(delay: object, on_late: str = "drop", *,
+               max_ahead: object) -> GuardedPolicy: ...
+
+
+def goldilocks(delay: object, on_late: str = "drop", *,
+               max_ahead: object = None) -> GoldilocksPolicy | GuardedPolicy:
     """The Goldilocks policy: CTIs delayed by ``delay``, late inserts dropped or adjusted.
 
     ``delay``: int ns, ``timedelta``, ``"5m"``, ``"PT5M"``…; must be >= 0.
     ``on_late``: ``"drop"`` (TS §3.1) or ``"adjust"`` (TS §3.2).
+    ``max_ahead``: a duration: an input's CTI counts for at most the other live inputs'
+    median plus this much, until they corroborate it (TS §2.6, ``operators.robust``).
     """
+    if max_ahead is not None:
+        return guarded_goldilocks(delay, on_late, max_ahead)
     ns = to_duration_ns(delay, what="goldilocks: delay")
     return GoldilocksPolicy("goldilocks", ns, _check_on_late("goldilocks", on_late))
 
@@ -352,6 +342,7 @@ BUILTIN: dict[str, Callable[..., Policy]] = {
     "goldilocks": goldilocks,
     "min": min_policy,
     "max": max_policy,
+    "quantile": quantile_policy,
 }
 
 #: the entry-point group through which other packages add policies (never the built-ins)

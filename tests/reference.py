@@ -40,6 +40,7 @@ __all__ = [
     "reference_goldilocks",
     "reference_max",
     "reference_min",
+    "reference_live",
     "run_steps",
     "split_outputs",
     "is_marker",
@@ -152,6 +153,45 @@ def reference_min(arrivals: Sequence[Arrival],
         c = candidates[i]
         if c is not None and c > in_force:
             emitted.append(Event(CTI, c, None, None, None))
+    return emitted, late
+
+
+def reference_live(arrivals: Sequence[Arrival], delay: int, rule: Any,
+                   on_late: str = "drop") -> tuple[list[Event], list[LateRecord]]:
+    """A rule over the live inputs' latest CTIs (``quantile_policy``, ``goldilocks(…,
+    max_ahead=…)``) by brute force; arrivals may hold join/leave markers.
+
+    ``rule(latest)``: from ``{input: latest CTI}`` of the live inputs (``MIN_TIME`` before
+    their first), ``(value, reason)`` or ``None``. After row i the candidate CTI is
+    ``max(value - delay, MIN_TIME)``; the CTI in force before row i is the largest candidate
+    of rows < i (``MIN_TIME`` if none: it promises nothing and is never emitted), and its
+    reason is that of the first row that reached it. Row i emits its candidate iff it exceeds
+    the CTI in force (TS §2.1); an insert is late iff it starts before it (TS §2.4), and its
+    record carries the reason.
+    """
+    candidates: list[tuple[int, str] | None] = []
+    for i in range(len(arrivals)):
+        found = rule(_live_ctis(arrivals, i))
+        candidates.append(None if found is None else (max(found[0] - delay, MIN_TIME), found[1]))
+
+    emitted: list[Event] = []
+    late: list[LateRecord] = []
+    for i, item in enumerate(arrivals):
+        in_force, reason = MIN_TIME, None
+        for c in candidates[:i]:
+            if c is not None and c[0] > in_force:
+                in_force, reason = c
+        if not is_marker(item) and item.kind != CTI:
+            if item.start < in_force:
+                out, record = _late_outputs(item, in_force, on_late)
+                record.reason = reason
+                emitted.extend(out)
+                late.append(record)
+            else:
+                emitted.append(item)
+        c = candidates[i]
+        if c is not None and c[0] > in_force:
+            emitted.append(Event(CTI, c[0], None, None, None))
     return emitted, late
 
 

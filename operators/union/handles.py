@@ -37,7 +37,7 @@ class InputHandle:
         return self._input.name
 
     def stats(self) -> InputStats:
-        return input_stats(self._input, self._merge.lag_reference)
+        return input_stats(self._input, self._merge.lag_reference, self._merge.ahead())
 
     def remove(self) -> None:
         """Take the input out: its subscription is cancelled; what already arrived is merged."""

@@ -76,7 +76,8 @@ def _resumed_records(events: Any, late: list[LateEntry], ctis: list[Event],
         if cti.source in until:
             until[cti.source] = at[id(cti)]
     return [LateRecord(entry.input, entry.event, entry.cti, entry.action, entry.adjusted,
-                       RESUMED if at[id(entry.event)] < until.get(entry.input, -1) else None)
+                       RESUMED if at[id(entry.event)] < until.get(entry.input, -1)
+                       else entry[5] if len(entry) > 5 else None)  # see LateEntry.reason
             for entry in late]
 
 
@@ -253,6 +254,11 @@ class Merge:
         # A policy may itself have emitted the CTI at +inf (an input sent it, delay 0): nothing
         # can follow it (TS §2.1), so the final CTI is owed no more.
         return self.final_sent or not self.final_cti or self.output_cti == MAX_TIME
+
+    def ahead(self) -> frozenset:
+        """The inputs the policy flags ahead now (TS §2.5, §2.6), if it flags any."""
+        flag = getattr(self.policy, "ahead", None)
+        return frozenset() if flag is None else flag(self.state)
 
     @property
     def lag_reference(self) -> int | None:

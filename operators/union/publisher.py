@@ -244,7 +244,8 @@ class Union(PublisherBase):
                                                                  intake.forgotten_totals)
         merge = self._merge
         against = merge.lag_reference
-        inputs = tuple(input_stats(inp, against) for inp in kept)
+        ahead = merge.ahead()
+        inputs = tuple(input_stats(inp, against, ahead) for inp in kept)
         return UnionStats(
             inputs, received + sum(s.received for s in inputs),
             emitted + sum(s.emitted for s in inputs), merge.ctis,

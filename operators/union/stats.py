@@ -40,6 +40,7 @@ class InputStats:
     pauses: int = 0          # times it was paused
     idle: bool = False       # quiet for idle_after while holding credit (TS §4.7)
     idles: int = 0           # times it went idle (each ended by its next arrival)
+    ahead: bool = False      # the policy does not trust its clock now (TS §2.5, §2.6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +78,9 @@ class UnionStats:
         raise KeyError(name)
 
 
-def input_stats(inp: Input, against: int | None) -> InputStats:
-    """``inp``'s line, its lag measured against the output CTI ``against``."""
+def input_stats(inp: Input, against: int | None, ahead: frozenset = frozenset()) -> InputStats:
+    """``inp``'s line, its lag measured against the output CTI ``against``; ``ahead``: the
+    inputs the policy flags ahead."""
     last = inp.last_cti
     received = inp.received
     ctis = inp.ctis
@@ -86,4 +88,4 @@ def input_stats(inp: Input, against: int | None) -> InputStats:
                       inp.adjusted, last, None if against is None or last is None
                       else against - last, received - inp.processed, inp.peak, inp.prefetch,
                       inp.error, inp.discarded, ctis, inp.progress, inp.paused, inp.pauses,
-                      inp.idle, inp.idles)
+                      inp.idle, inp.idles, inp.name in ahead)

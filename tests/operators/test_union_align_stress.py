@@ -15,7 +15,7 @@ import pytest
 from engine import ClosedError, Event, from_iterable
 from engine.event import CTI
 from operators import Union, goldilocks
-from tests.operators.test_union_stress import Consumer
+from tests.operators.test_union_stress import Consumer, finish
 
 SEED = 20_261_123
 PRODUCERS = 6
@@ -92,11 +92,7 @@ def test_ts_4_6_no_deadlock_with_inputs_joining_leaving_idling_at_random():
             results = [f.result() for f in futures]
         finally:
             stop.set()
-    union.close()
-    while not consumer.done.is_set():
-        assert time.monotonic() - started < DEADLINE, f"did not finish: {union.stats()}"
-        consumer.request_batch()
-        consumer.progress.wait(1.0)
+    finish(union, consumer, started, DEADLINE)
 
     assert consumer.error is None and not consumer.problems, consumer.problems[:5]  # TS §2.1
     stats = union.stats()

@@ -75,6 +75,16 @@ class Consumer:
         self.subscription.request(n)
 
 
+def finish(union: Union, consumer: Consumer, started: float, deadline: float) -> None:
+    """Close the union and request until the consumer completes, within ``deadline`` s of
+    ``started`` (later is a deadlock)."""
+    union.close()
+    while not consumer.done.is_set():
+        assert time.monotonic() - started < deadline, f"did not finish: {union.stats()}"
+        consumer.request_batch()
+        consumer.progress.wait(1.0)
+
+
 def producer(union: Union, index: int, quota: int, stop: threading.Event,
              ticks: itertools.count) -> dict:
     """Feed ``quota`` events through inputs that come and go; return what was sent."""
@@ -163,11 +173,7 @@ def test_million_events_from_eight_threads_with_churn():
             results = [f.result() for f in futures]
         finally:
             stop.set()
-    union.close()
-    while not consumer.done.is_set():
-        assert time.monotonic() - started < DEADLINE, f"did not finish: {union.stats()}"
-        consumer.request_batch()
-        consumer.progress.wait(1.0)
+    finish(union, consumer, started, DEADLINE)
     elapsed = time.monotonic() - started
 
     assert consumer.error is None and not consumer.problems, consumer.problems[:5]
