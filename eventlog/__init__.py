@@ -37,7 +37,7 @@ from eventlog.format import (
 )
 from eventlog.columns import Columns, SourceTable
 from eventlog.format import log_format
-from eventlog.merge import merge_columns, read_columns, read_records
+from eventlog.merge import MERGES, by_time, merge_columns, read_columns, read_records
 from eventlog.records import BadRecords, time_scale
 from eventlog.write import EventLogWriter, RollingFileSink, SinkStats, write_log
 
@@ -64,6 +64,8 @@ __all__ = [
     "SourceTable",
     "log_format",
     "merge_columns",
+    "MERGES",
+    "by_time",
     "read_columns",
     "read_records",
     "time_scale",

@@ -21,7 +21,10 @@ from eventlog.jsonl import read_jsonl
 from eventlog.parquet import read_parquet
 from eventlog.records import BadRecords, FileState, time_scale
 
-__all__ = ["read_columns", "merge_columns", "read_records"]
+__all__ = ["read_columns", "merge_columns", "read_records", "by_time", "MERGES"]
+
+#: how several logs are merged: by their order keys (TS §5.2) or by time (TS §5.8)
+MERGES = ("arrival", "time")
 
 _READERS: dict[str, Callable[[FileState, Callable[[int], None] | None], Iterator[Columns]]] = {
     "jsonl": read_jsonl, "csv": read_csv, "parquet": read_parquet}
@@ -62,8 +65,8 @@ class _FileReader:
 
 def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable,
                   bad: BadRecords, on_bytes: Callable[[int], None] | None = None,
-                  modes: list[Any] | None = None,
-                  time_unit: str | None = None) -> Generator[Columns, None, None]:
+                  modes: list[Any] | None = None, time_unit: str | None = None,
+                  merge: str = "arrival") -> Generator[Columns, None, None]:
     """Merge files by ``(order key, file index, line)`` (TS §5.2), streaming, in chunks.
 
     A row is released once no unread row of another file can sort before it: every file's
@@ -72,11 +75,19 @@ def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable
     ``modes`` (if given) is filled with each file's reading state; ``.mode`` is its order key
     (``"arrival"``, ``"seq"``, ``"position"``, or ``None`` until its first record).
     ``time_unit``: the unit of the logs' integer times (``time_scale``; ``None``:
-    nanoseconds, implausible values refused).
+    nanoseconds, implausible values refused). ``merge``: ``"arrival"`` (the order keys) or
+    ``"time"`` (``by_time``: each file's key is the latest time it has shown, so the next
+    record comes from the file furthest behind; TS §5.8).
     """
+    if merge not in MERGES:
+        raise InputError(f"merge={merge!r}; expected one of {', '.join(MERGES)}")
     scale = time_scale(time_unit)
     readers = [_FileReader(*_open(p, i, table, bad, scale, on_bytes))
                for i, p in enumerate(paths)]
+    timed = merge == "time"
+    if timed:
+        for r in readers:
+            r.chunks = by_time(r.chunks)
     if modes is not None:
         modes[:] = [r.state for r in readers]
     try:
@@ -85,12 +96,27 @@ def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable
                 if len(chunk):
                     yield chunk
             return
-        yield from _merge(readers)
+        yield from _merge(readers, check=not timed)
     finally:
         for r in readers:
             close = getattr(r.chunks, "close", None)
             if close is not None:
                 close()
+
+
+def by_time(chunks: Iterable[Columns]) -> Iterator[Columns]:
+    """One file's chunks keyed by time (TS §5.8): a row's key becomes the latest time its
+    file has shown up to it (the running maximum of starts; a row without one, such as a
+    leave, keeps the key before it). Keys never decrease, so the merge takes the next row
+    from the file furthest behind, and a late row stays where its file put it."""
+    high = np.iinfo(np.int64).min
+    for chunk in chunks:
+        if len(chunk):
+            times = np.where(chunk.kind <= CTI, chunk.start, high)
+            times[0] = max(int(times[0]), high)
+            chunk.key = np.maximum.accumulate(times)
+            high = int(chunk.key[-1])
+        yield chunk
 
 
 def _check_modes(readers: list[_FileReader]) -> None:
@@ -104,7 +130,7 @@ def _check_modes(readers: list[_FileReader]) -> None:
                          "must use the same order key (TS §5.2)")
 
 
-def _merge(readers: list[_FileReader]) -> Iterator[Columns]:
+def _merge(readers: list[_FileReader], check: bool = True) -> Iterator[Columns]:
     pending: list[Columns | None] = [None] * len(readers)
     done = [False] * len(readers)
 
@@ -119,7 +145,8 @@ def _merge(readers: list[_FileReader]) -> Iterator[Columns]:
     for i in range(len(readers)):
         refill(i)
     while True:
-        _check_modes(readers)
+        if check:  # keyed by time, files of any order key merge alike
+            _check_modes(readers)
         live = [i for i in range(len(readers)) if not done[i]]
         bound = min(int(p.key[-1]) for i in live if (p := pending[i]) is not None) if live else 0
         parts = []

@@ -160,7 +160,12 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
     from operators.policies import policy_names
     from engine.times import TIME_UNITS
 
-    p.add_argument("logs", nargs="+", metavar="LOG", help="event-log files, merged by arrival")
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="event-log files, merged by arrival (or by time: --merge time)")
+    p.add_argument("--merge", choices=("arrival", "time"), default="arrival",
+                   help="arrival (default): by the logs' arrival order; time: the next record "
+                        "from the log furthest behind in time (per-device logs without "
+                        "seq/arrival)")
     p.add_argument("--delay", default=None, type=_duration, metavar="D",
                    help="CTI delay: 5m, 90s, PT5M, '5 minutes', or integer nanoseconds "
                         "(default: 5m for goldilocks, 0 otherwise)")
@@ -309,7 +314,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         stats = replay(args.logs, policy=policy, out=out, late=args.late, speed=args.speed,
                        bad_records=mode, quarantine=args.quarantine, progress=True,
                        plot=plot_out is not None, time_unit=args.time_unit,
-                       time_format=args.time_format)
+                       time_format=args.time_format, merge=args.merge)
         if plot_out is not None:
             from goldilocks.plot import plot_replay
 

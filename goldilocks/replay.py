@@ -45,6 +45,7 @@ from eventlog import (
     CTI,
     INSERT,
     JOIN,
+    MERGES,
     TIME_FORMATS,
     BadRecords,
     Columns,
@@ -285,7 +286,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
            bad_records: str = "fail", quarantine: str | os.PathLike | BinaryIO | None = None,
            clock: Clock | None = None, progress: bool = False, plot: bool = False,
            columnar: bool | None = None, time_unit: str | None = None,
-           time_format: str = "ns") -> ReplayStats:
+           time_format: str = "ns", merge: str = "arrival") -> ReplayStats:
     """Replay event logs through a policy; write the output and late records; return stats.
 
     ``paths``: JSON Lines, CSV or Parquet logs, merged by ``(order key, file index, line)``
@@ -302,6 +303,9 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     ``"ns"``; ``None`` takes nanoseconds and refuses integers implausible as such
     (``docs/event-log.md``). ``time_format``: ``"ns"`` writes integer nanoseconds (the
     canonical log), ``"iso"`` RFC 3339 UTC text; either replays back to the same events.
+    ``merge``: ``"arrival"`` (the default: the logs' order keys, TS §5.2) or ``"time"``: the
+    next record comes from the log furthest behind in time (TS §5.8), for per-device logs
+    recorded without ``seq``/``arrival``.
 
     Outputs given as paths are safe: one that is an input, or the same file as another
     output, is refused before anything is opened (``UsageError``); each is written under a
@@ -319,6 +323,8 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     pol = resolve(policy, delay, on_late)
     factor = _speed(speed)
     check_time_options(time_unit, time_format)
+    if merge not in MERGES:
+        raise UsageError("merge", f"{merge!r}; expected one of {', '.join(MERGES)}")
     if bad_records not in BAD_RECORD_MODES:
         raise UsageError("bad_records", f"{bad_records!r}; expected one of "
                          f"{', '.join(BAD_RECORD_MODES)}")
@@ -350,7 +356,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     try:
         bar = _Progress(path_list, progress)
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
-                                     modes=modes, time_unit=time_unit))
+                                     modes=modes, time_unit=time_unit, merge=merge))
         if columnar:
             tally = run_columnar(pol, chunks, table, out_sink, late_sink, plot, iso)
         else:

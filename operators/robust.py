@@ -209,10 +209,11 @@ class GuardedPolicy(_LivePolicy):
         return frozenset(name for name, t, trusted in self._trusted(state.ctis) if t > trusted)
 
 
-def quantile_policy(k: int, delay: object = 0, on_late: str = "drop") -> QuantilePolicy:
+def quantile_policy(k: int = 2, delay: object = 0, on_late: str = "drop") -> QuantilePolicy:
     """The CTI follows the k-th most advanced live input, delayed by ``delay`` (TS §2.5).
 
-    ``k``: an int >= 1 (1 is goldilocks over live inputs; 2 ignores one runaway clock).
+    ``k``: an int >= 1 (1 is goldilocks over live inputs; 2, the default, ignores one
+    runaway clock: what ``--policy quantile`` runs).
     """
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise InputError(f"quantile policy: k={k!r}; expected an int >= 1")

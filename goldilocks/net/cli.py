@@ -46,7 +46,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="accepted tokens, one per line ('#' comments); never logged")
     p.add_argument("--delay", default=None,
                    help="CTI delay, e.g. 5m, 90s, PT5M (default: 5m for goldilocks, 0 otherwise)")
-    p.add_argument("--policy", default="goldilocks", help="goldilocks | min | max")
+    p.add_argument("--policy", default="goldilocks", help="goldilocks | min | max | quantile")
     p.add_argument("--on-late", choices=("drop", "adjust"), default="drop",
                    help="what happens to late inserts (default drop)")
     p.add_argument("--out-dir", default=None, metavar="DIR",
@@ -69,6 +69,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-connections", type=int, default=1024, metavar="N")
     p.add_argument("--prefetch", type=int, default=4096, metavar="N",
                    help="credit per device (default 4096: several frames in flight)")
+    p.add_argument("--max-drift", default=None, metavar="DURATION",
+                   help="align devices through credit: one whose time is more than this "
+                        "ahead of the slowest gets credit later (default: off)")
+    p.add_argument("--idle-after", default=None, metavar="DURATION",
+                   help="a device quiet this long while holding credit is idle and holds "
+                        "no one back (default: 1s with --max-drift, else off)")
 
 
 def _seconds(text: str, what: str) -> float:
@@ -79,6 +85,20 @@ def _seconds(text: str, what: str) -> float:
     if ns <= 0:
         raise UsageError(what, f"{text!r}; expected a positive duration such as 30s")
     return ns / NS_PER_S
+
+
+def _duration_or_none(text: str | None, what: str, zero: bool = False) -> int | None:
+    """``text`` as ns (``None`` stays ``None``); a usage error naming ``what`` otherwise."""
+    if text is None:
+        return None
+    try:
+        ns = to_duration_ns(text)
+    except ValueError as err:
+        raise UsageError(what, f"{text!r}: {err}") from None
+    if ns < 0 or (ns == 0 and not zero):
+        raise UsageError(what, f"{text!r}; expected a {'' if zero else 'positive '}duration "
+                         "such as 2s")
+    return ns
 
 
 def _policy(args: argparse.Namespace):
@@ -113,7 +133,9 @@ async def _serve(args: argparse.Namespace) -> int:
                     max_frame=args.max_frame, max_connections=args.max_connections,
                     prefetch=args.prefetch, out_dir=args.out_dir,
                     part_events=args.part_events,
-                    part_seconds=_seconds(args.part_seconds, "--part-seconds"))
+                    part_seconds=_seconds(args.part_seconds, "--part-seconds"),
+                    max_drift=_duration_or_none(args.max_drift, "--max-drift", zero=True),
+                    idle_after=_duration_or_none(args.idle_after, "--idle-after"))
     await server.start(ws=ws, tcp=tcp)
     for url in (server.ws_url, server.tcp_url):
         if url:

@@ -118,6 +118,7 @@ class Server(PublisherBase):
                  part_events: int = 100_000, part_seconds: float | None = 60.0,
                  final_cti: bool = True, setup_timeout: float = 5.0, max_pending: int = 256,
                  outbox_bytes: int = 256 * 1024, min_credit: int = 1,
+                 max_drift: object = None, idle_after: object = None,
                  name: str = "server") -> None:
         tokens = [t for t in (tokens or ()) if t]
         if not tokens or not all(isinstance(t, str) for t in tokens):
@@ -149,6 +150,8 @@ class Server(PublisherBase):
         self.max_pending = max_pending
         self.outbox_bytes = outbox_bytes
         self.min_credit = min_credit
+        self.max_drift = max_drift    # alignment through demand (TS §4.6): a device ahead
+        self.idle_after = idle_after  # gets credit later; idleness (TS §4.7)
         self.name = name
         self.admission = Admission(tokens, max_connections=max_connections,
                                    max_pending=max_pending, setup_timeout=self.setup_timeout)
@@ -178,6 +181,7 @@ class Server(PublisherBase):
         union = self.union = Union(self.policy, prefetch=self.prefetch,
                                    max_buffered=self.max_buffered, final_cti=self.final_cti,
                                    executor=executor, min_credit=self.min_credit,
+                                   max_drift=self.max_drift, idle_after=self.idle_after,
                                    name=self.name)
         output = self.output = ServerOutput(self.output_capacity, executor=executor,
                                             name=self.name)

@@ -72,7 +72,7 @@ def test_missing_file_is_an_input_error(tmp_path, capsys):
     (["--delay", "-5m"], "--delay", "expected one argument"),
     (["--delay", "1 month"], "--delay", "years or months"),
     (["--policy", "nope"], "--policy", "invalid choice: 'nope' (choose from 'goldilocks', "
-                                       "'max', 'min')"),
+                                       "'max', 'min', 'quantile')"),
     (["--policy", "max", "--delay", "5m"], "--delay", "max policy: delay='5m'; expected 0"),
     (["--policy", "min", "--delay", "1s"], "--delay", "min policy: delay='1s'; expected 0"),
     (["--bad-records", "skp"], "--bad-records", "invalid choice: 'skp'"),
