@@ -16,6 +16,9 @@
     union.feed_events(named)                   # each event's source names its input
     union.batches(max_batch=1024).subscribe(list_subscriber)
 
+    # alignment through demand: an input more than 2 s ahead of the slowest waits for credit
+    Union(policy=goldilocks("5m"), max_drift="2s", idle_after="10s")
+
 Marble timeline (delay 5, goldilocks)::
 
     A:      5 ---- |5 ---------- 7 -- |8 --------
@@ -46,6 +49,8 @@ One job per module, each importing only those before it:
 - ``merge``: the merge loop, written once for every shape of output (``Output``), and the
   state that outlives a subscriber (``Merge``);
 - ``handles``: what producers hold, ``InputHandle`` and ``Emitter``;
+- ``align``: alignment through demand and idleness (``max_drift``, ``idle_after``, TS §4.6,
+  §4.7): which inputs get no new credit for being ahead, which are idle;
 - ``ways_in``: recorded arrivals in blocks (``feed``, ``feed_columns``, ``feed_events``);
 - ``publisher``: ``Union`` itself (lifecycle, subscribe) and ``UnionBatches``.
 """
