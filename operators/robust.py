@@ -24,7 +24,7 @@ Time per CTI, join or leave: O(k log k) with k live inputs; per insert O(1) once
 live. Memory: O(k).
 
 >>> p = quantile_policy(2, 0)
->>> s = p.initial()
+>>> s, _ = p.step(p.initial(), Event.point(5, source="A"))
 >>> s, out = p.step(s, Event.cti(3_600, source="runaway"))
 >>> out
 ()
