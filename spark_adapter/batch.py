@@ -29,19 +29,22 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from engine.errors import InputError
 from engine.policy import Policy
 from operators.policies import resolve_policy
-from engine.times import MAX_TIME, MIN_TIME, to_duration_ns
+from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED
+from engine.times import to_duration_ns
+from spark_adapter.batch_plan import ACTION, CTI_AFTER, delayed_cti, scan_decided
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
 
 __all__ = ["read_event_log", "replay", "resolve_spark_policy", "STRATEGIES", "LATE_COLUMNS"]
 
-#: ``replay(strategy=...)``: the scalable default and the single-window reference.
-STRATEGIES = ("bucketed", "global")
+#: ``replay(strategy=...)``: the parallel prefix scan (default, ``spark_adapter.batch_plan``),
+#: and two plain-SQL plans kept for comparison: the bucketed two-pass and the single window.
+STRATEGIES = ("scan", "bucketed", "global")
 #: Columns the late frame adds to the input's.
 LATE_COLUMNS = ("cti", "action", "adjusted_start")
 
@@ -87,18 +90,6 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
     return built
 
 
-def _delayed(delay: int) -> Column:
-    """``max(start - delay, MIN_TIME)`` on CTI rows, null elsewhere; overflow-free (TS §2.2)."""
-    start = F.col("start")
-    is_cti = F.col("kind") == F.lit(KIND_CTI)
-    if delay > MAX_TIME:  # every delayed CTI lies below MIN_TIME
-        value = F.lit(MIN_TIME)
-    else:
-        value = F.when(start < F.lit(MIN_TIME + delay), F.lit(MIN_TIME)).otherwise(
-            start - F.lit(delay))
-    return F.when(is_cti, value)
-
-
 def _check_columns(df: DataFrame, needed: Sequence[str], who: str) -> None:
     missing = [name for name in needed if name not in df.columns]
     if missing:
@@ -118,8 +109,6 @@ def _bucketed_prior(df: DataFrame, groups: list[str], order: list[str],
         target = F.greatest(F.lit(max(_MIN_BUCKETS, 2 * shuffle)),
                             F.ceil(F.count(F.lit(1)) / F.lit(_ROWS_PER_BUCKET)))
     else:
-        if buckets < 1:
-            raise InputError(f"replay: buckets={buckets!r}; expected a count >= 1")
         target = F.lit(buckets)
     # The key range split into ``target`` equal widths. Decimal arithmetic: the span of an
     # int64 key can exceed int64. One row; joined to every row as a broadcast constant.
@@ -167,7 +156,7 @@ def _global_prior(df: DataFrame, groups: list[str], order: list[str]) -> DataFra
 def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldilocks",
            on_late: str = "drop", group_col: str | Sequence[str] | None = None,
            order_by: Sequence[str] | None = None, buckets: int | None = None,
-           strategy: str = "bucketed") -> tuple[DataFrame, DataFrame]:
+           strategy: str = "scan", ranges: int | None = None) -> tuple[DataFrame, DataFrame]:
     """Replay an event-log DataFrame under a time policy; return ``(events, late)``.
 
     Runs on the driver and only builds plans; Spark evaluates them lazily on the executors.
@@ -211,7 +200,13 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     if internal:
         raise InputError(f"replay: column name(s) {internal} use the reserved prefix '_gl_'")
 
-    rows = df.withColumn(_DELAYED, _delayed(built.delay))
+    if ranges is not None and (type(ranges) is not int or ranges < 1):
+        raise InputError(f"replay: ranges={ranges!r}; expected a count >= 1")
+    if buckets is not None and buckets < 1:
+        raise InputError(f"replay: buckets={buckets!r}; expected a count >= 1")
+    if strategy == "scan":
+        return _split_decided(scan_decided(df, built, groups, order, ranges), df.columns)
+    rows = df.withColumn(_DELAYED, delayed_cti(built.delay))
     if strategy == "bucketed":
         rows = _bucketed_prior(rows, groups, order, buckets)
     else:
@@ -248,6 +243,29 @@ def _split(rows: DataFrame, columns: list[str], adjust: bool) -> tuple[DataFrame
         *[F.col(c) for c in columns], prior.alias("cti"), action.alias("action"),
         F.when(clipped, prior).alias("adjusted_start"))
     return events, late_rows
+
+
+def _split_decided(decided: DataFrame, columns: list[str]) -> tuple[DataFrame, DataFrame]:
+    """``(events, late)`` from rows the scan decided (``ACTION``, ``CTI_AFTER``): the same
+    columns and values as ``_split`` gives from the SQL plans."""
+    action = F.col(ACTION)
+    cti = F.col(CTI_AFTER)
+    is_cti = action == F.lit(CTI_EMIT)
+    clipped = action == F.lit(EMIT_ADJUSTED)
+    replaced = {
+        "source": F.when(is_cti, F.lit(None).cast("string")).otherwise(F.col("source")),
+        "start": F.when(is_cti | clipped, cti).otherwise(F.col("start")),
+        "end": F.when(is_cti, F.lit(None).cast("bigint")).otherwise(F.col("end")),
+        "payload": F.when(is_cti, F.lit(None).cast("string")).otherwise(F.col("payload")),
+    }
+    event_cols = [replaced[c].alias(c) if c in replaced else F.col(c) for c in columns]
+    events = decided.where(action.isin(EMIT, EMIT_ADJUSTED, CTI_EMIT)).select(
+        *event_cols, cti.alias("cti"))
+    late = decided.where(action.isin(DROP_LATE, EMIT_ADJUSTED)).select(
+        *[F.col(c) for c in columns], cti.alias("cti"),
+        F.when(clipped, F.lit("adjusted")).otherwise(F.lit("dropped")).alias("action"),
+        F.when(clipped, cti).alias("adjusted_start"))
+    return events, late
 
 
 def read_event_log(spark: SparkSession, path: str | Sequence[str], **options: Any) -> DataFrame:
