@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -146,15 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     directory = Path(tempfile.mkdtemp(prefix="bench_spark_batch_"))
-    paths = [str(p) for p in write_files(args.rows, args.files, directory)]
     results = {}
-    for master in MASTERS:
-        out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_spark_batch", "--child", master,
-             "--paths", json.dumps(paths), "--rows", str(args.rows), "--reps", str(args.reps),
-             "--plans", ",".join(plans)],
-            check=True, stdout=subprocess.PIPE, text=True)  # Spark's log on stderr
-        results[master] = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        paths = [str(p) for p in write_files(args.rows, args.files, directory)]
+        for master in MASTERS:
+            out = subprocess.run(
+                [sys.executable, "-m", "benchmarks.bench_spark_batch", "--child", master,
+                 "--paths", json.dumps(paths), "--rows", str(args.rows), "--reps",
+                 str(args.reps), "--plans", ",".join(plans)],
+                check=True, stdout=subprocess.PIPE, text=True)  # Spark's log on stderr
+            results[master] = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
     n = args.rows
     print(f"Spark batch replay, {n:,} events in {args.files} Parquet files, delay 2 s; "

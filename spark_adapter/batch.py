@@ -1,5 +1,9 @@
 """Batch replay of a recorded event log in Spark, with no single-partition step.
 
+The default plan (``strategy="scan"``) is ``spark_adapter.batch_plan``: the engine's columnar
+kernel in parallel ``mapInArrow`` tasks over arrival ranges. This module keeps the two
+plain-SQL plans for comparison, and builds the ``(events, late)`` frames of all three.
+
 Over a recorded log the Goldilocks state is one number: ``high``, the running maximum of the
 delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (DESIGN §5). Everything a
 row needs follows from ``prior``, the running maximum *before* the row (null before the first
@@ -159,8 +163,12 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
            strategy: str = "scan", ranges: int | None = None) -> tuple[DataFrame, DataFrame]:
     """Replay an event-log DataFrame under a time policy; return ``(events, late)``.
 
-    Runs on the driver and only builds plans; Spark evaluates them lazily on the executors.
-    Nothing is pickled (plain Spark SQL: no Python runs on the executors).
+    ``strategy="scan"`` (default; ``spark_adapter.batch_plan``): runs two or three small
+    jobs on the driver (key span, per-range summaries), then builds the plan of pass 2, which
+    Spark runs lazily: one ``mapInArrow`` task per arrival range, each running the engine's
+    columnar kernel from its carried-in state (the policy object is pickled to the
+    executors). ``"bucketed"`` and ``"global"`` only build plain Spark SQL plans, evaluated
+    lazily; no Python runs on the executors. All three give the same rows.
 
     ``df``: the event-log schema (``read_event_log``) or any frame with ``kind``, ``start``,
     ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``);
@@ -170,8 +178,10 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     ``on_late``: ``"drop"`` or ``"adjust"``. ``group_col``: one or more columns, each value an
     independent clock (a fleet, a site) replayed in parallel. ``order_by``: the arrival order,
     by default ``ORDER_COLUMNS`` when present, else ``seq``; its first column must be an
-    integer (it is bucketed); rows must be unique under it within a group. ``buckets``: how
-    many key-range buckets (default: enough for the shuffle partitions and ~250k rows each).
+    integer (it is bucketed); rows must be unique under it within a group. ``ranges``: how
+    many arrival ranges the scan decides in parallel (default: 4 per core, at least one per
+    million rows). ``buckets``: how many key-range buckets the bucketed plan uses (default:
+    enough for the shuffle partitions and ~250k rows each).
 
     ``events`` holds what the engine emits, each row with every input column plus ``cti``, the
     CTI in force after it (null before the first CTI): on-time inserts unchanged, adjusted

@@ -130,7 +130,9 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
     spark = df.sparkSession
     key = F.col(order[0])
     rows = df.withColumn(_D, delayed_cti(policy.delay))
-    lo, hi, n = rows.agg(F.min(key), F.max(key), F.count(F.lit(1))).first()  # job 1
+    span = rows.agg(F.min(key), F.max(key), F.count(F.lit(1))).first()  # job 1
+    assert span is not None  # an aggregate without grouping has one row
+    lo, hi, n = span
     if lo is None:
         lo = hi = 0
     if ranges is None:
@@ -187,7 +189,10 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
         staged = staged.repartitionById(ranges, _RID)
     else:  # pragma: no cover - Spark 4.0: hashed, several ranges may share a partition
         staged = staged.repartition(ranges, _RID)
-    staged = staged.sortWithinPartitions(_RID, _GID, *order)
+    # A range is an interval of the key, so sorting by (group, order) keeps each (range,
+    # group) contiguous even where ranges share a partition. Not by the range id first: it
+    # is constant in a partition, and Spark's sorter compares a prefix of the first key only.
+    staged = staged.sortWithinPartitions(*([_GID] if groups else []), *order)
 
     out_schema = StructType([f for f in staged.schema.fields if f.name not in (_RID, _GID)]
                             + [StructField(ACTION, ByteType(), False),
@@ -235,7 +240,8 @@ class _Decide:
                 at = int(missing[0])
                 where = ", ".join(f"{c}={batch.column(c)[at].as_py()!r}" for c in self.columns
                                   if c not in ("kind", "payload"))
-                raise InputError(f"replay: a {KIND_CODES[code[at]]} row has no start ({where}); "
+                raise InputError(f"replay: a row of kind {KIND_CODES[code[at]]!r} has no start "
+                                 f"({where}); "
                                  "expected an instant in ns")
         start = pc.fill_null(start_col, 0).to_numpy()
         end = pc.fill_null(pc.coalesce(batch.column("end"), start_col), 0).to_numpy()
