@@ -92,7 +92,7 @@ def _check_against_engine(spark, logs, delay, on_late, **options):
        on_late=st.sampled_from(["drop", "adjust"]),
        buckets=st.sampled_from([None, 1, 3, 11]))
 def test_bucketed_replay_equals_the_engine_on_generated_logs(spark, logs, delay, on_late, buckets):
-    _check_against_engine(spark, logs, delay, on_late, buckets=buckets)
+    _check_against_engine(spark, logs, delay, on_late, buckets=buckets, strategy="bucketed")
 
 
 @settings(phases=_NO_SHRINK, max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
@@ -106,7 +106,8 @@ def test_extreme_times_floor_at_min_time(spark):
     arrivals = [Event.cti(MIN_TIME + 3, source="A"), Event.point(MIN_TIME, source="B"),
                 Event.cti(MIN_TIME + 9, source="A"), Event.cti(MAX_TIME, source="A"),
                 Event.point(MAX_TIME - 10, source="B"), Event.interval(0, MAX_TIME, source="C")]
-    _check_against_engine(spark, [arrivals], 5, "adjust", buckets=2)
+    _check_against_engine(spark, [arrivals], 5, "adjust", buckets=2, strategy="bucketed")
+    _check_against_engine(spark, [arrivals], 5, "adjust", ranges=3)
     _check_against_engine(spark, [arrivals], MAX_TIME, "drop")
 
 
@@ -203,7 +204,7 @@ def test_bucketed_plan_moves_no_rows_to_a_single_partition(spark):
     from spark_adapter import replay
 
     frame = _logs_frame(spark, [_seed_example()]).drop("g")
-    bucketed, _ = replay(frame, delay="5m")
+    bucketed, _ = replay(frame, delay="5m", strategy="bucketed")
     global_, _ = replay(frame, delay="5m", strategy="global")
     assert _rows_sent_to_one_partition(_plan(global_))  # the reference does; the check can fail
     plan = _plan(bucketed)
@@ -225,13 +226,13 @@ def _window_partition_keys(frame) -> list[int]:
 
 def test_bucketed_plan_has_no_window_without_a_partition(spark):
     """A window without partition keys makes Spark log "WARN WindowExec: No Partition Defined
-    for Window operation!" at every action: the default replay must have none (the bucket
+    for Window operation!" at every action: the bucketed replay must have none (the bucket
     rows' window is partitioned by the bucket width, one value per replay)."""
     from spark_adapter import replay
 
     frame = _logs_frame(spark, [_seed_example()]).drop("g")
     global_, late = replay(frame, delay="5m", strategy="global")
     assert 0 in _window_partition_keys(global_)  # the reference does; the check can fail
-    for staged in replay(frame, delay="5m"):
+    for staged in replay(frame, delay="5m", strategy="bucketed"):
         keys = _window_partition_keys(staged)
         assert keys and 0 not in keys, keys
