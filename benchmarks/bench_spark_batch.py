@@ -4,9 +4,9 @@
     python -m benchmarks.bench_spark_batch --rows 2000000 --reps 3
 
 The log is ``bench_spark.make_log`` (100 devices, 1 ms apart, clocks jittered by up to 5 s, a
-CTI every 10th row, delay 2 s): a few per cent arrive late. It is written once, shifted to 2026, as ``--files``
-Parquet files of consecutive arrival ranges (as a Spark job or a rolling sink writes a log),
-row groups of 128k rows. A session's core count is fixed when it starts, so each master
+CTI every 10th row, delay 2 s): a few per cent arrive late. It is written once, shifted to
+2026, as ``--files`` Parquet files of consecutive arrival ranges (as a Spark job or a rolling
+sink writes a log), row groups of 128k rows. A session's core count is fixed when it starts, so each master
 (``local[1]``, ``local[2]``) runs in its own process, one after the other, on the same files.
 
 In each process, every contender is checked first (its emitted and late counts equal the
