@@ -1,8 +1,11 @@
 """Batch replay of a recorded event log in Spark, with no single-partition step.
 
-The default plan (``strategy="scan"``) is ``spark_adapter.batch_plan``: the engine's columnar
-kernel in parallel ``mapInArrow`` tasks over arrival ranges. This module keeps the two
-plain-SQL plans for comparison, and builds the ``(events, late)`` frames of all three.
+The default plan is the bucketed two-pass below, in plain Spark SQL. ``strategy="scan"``
+(``spark_adapter.batch_plan``) runs the engine's columnar kernel in parallel ``mapInArrow``
+tasks over arrival ranges: the same rows, but slower on the machine measured
+(docs/performance.md), so it is chosen by name until its second pass costs less.
+``strategy="global"`` is one window, kept for comparison. This module builds the
+``(events, late)`` frames of all three.
 
 Over a recorded log the Goldilocks state is one number: ``high``, the running maximum of the
 delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (DESIGN §5). Everything a
@@ -46,9 +49,9 @@ from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
 
 __all__ = ["read_event_log", "replay", "resolve_spark_policy", "STRATEGIES", "LATE_COLUMNS"]
 
-#: ``replay(strategy=...)``: the parallel prefix scan (default, ``spark_adapter.batch_plan``),
-#: and two plain-SQL plans kept for comparison: the bucketed two-pass and the single window.
-STRATEGIES = ("scan", "bucketed", "global")
+#: ``replay(strategy=...)``: the bucketed two-pass (default, plain SQL), the parallel prefix
+#: scan with the engine's kernel (``spark_adapter.batch_plan``), and the single window.
+STRATEGIES = ("bucketed", "scan", "global")
 #: Columns the late frame adds to the input's.
 LATE_COLUMNS = ("cti", "action", "adjusted_start")
 
@@ -160,15 +163,16 @@ def _global_prior(df: DataFrame, groups: list[str], order: list[str]) -> DataFra
 def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldilocks",
            on_late: str = "drop", group_col: str | Sequence[str] | None = None,
            order_by: Sequence[str] | None = None, buckets: int | None = None,
-           strategy: str = "scan", ranges: int | None = None) -> tuple[DataFrame, DataFrame]:
+           strategy: str = "bucketed", ranges: int | None = None) -> tuple[DataFrame, DataFrame]:
     """Replay an event-log DataFrame under a time policy; return ``(events, late)``.
 
-    ``strategy="scan"`` (default; ``spark_adapter.batch_plan``): runs two or three small
+    ``strategy="bucketed"`` (default) and ``"global"`` only build plain Spark SQL plans,
+    evaluated lazily; no Python runs on the executors. ``strategy="scan"``
+    (``spark_adapter.batch_plan``): runs two or three small
     jobs on the driver (key span, per-range summaries), then builds the plan of pass 2, which
     Spark runs lazily: one ``mapInArrow`` task per arrival range, each running the engine's
     columnar kernel from its carried-in state (the policy object is pickled to the
-    executors). ``"bucketed"`` and ``"global"`` only build plain Spark SQL plans, evaluated
-    lazily; no Python runs on the executors. All three give the same rows.
+    executors). All three give the same rows.
 
     ``df``: the event-log schema (``read_event_log``) or any frame with ``kind``, ``start``,
     ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``);

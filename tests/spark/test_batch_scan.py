@@ -165,9 +165,9 @@ def test_bad_rows_name_the_row(spark):
     frame = spark.createDataFrame(rows, ROW_SCHEMA)
     typo = frame.withColumn("kind", F.when(F.col("line") == 2, "insrt").otherwise(F.col("kind")))
     with pytest.raises(Exception, match=r"kind 'insrt' at order_key=1, file_index=0, line=2"):
-        replay(typo, delay=0)[0].collect()
+        replay(typo, delay=0, strategy="scan")[0].collect()
     no_start = frame.withColumn("start", F.when(F.col("line") == 2, None).otherwise(F.col("start")))
     with pytest.raises(Exception, match=r"a row of kind 'insert' has no start \(.*line=2"):
-        replay(no_start, delay=0)[0].collect()
+        replay(no_start, delay=0, strategy="scan")[0].collect()
     with pytest.raises(InputError, match="ranges"):
-        replay(frame, delay=0, ranges=0)
+        replay(frame, delay=0, strategy="scan", ranges=0)
