@@ -53,13 +53,16 @@ import numpy as np
 
 MS = 10**6
 S = 10**9
+#: The log's first instant, 2026-11-22: a log of today's times, which the engine's readers
+#: take as nanoseconds (small integers that look like epoch milliseconds are refused, TS §5.4).
+T0 = 1_795_334_400 * S
 
 
 def make_log(rows: int, seed: int = 7) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     idx = np.arange(rows, dtype=np.int64)
     is_cti = idx % 10 == 0
-    start = idx * MS - rng.integers(0, 5 * S, rows, dtype=np.int64)
+    start = T0 + idx * MS - rng.integers(0, 5 * S, rows, dtype=np.int64)
     return {"idx": idx, "is_cti": is_cti, "start": start,
             "source": (idx % 100).astype(np.int32)}
 
