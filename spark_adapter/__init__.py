@@ -4,6 +4,7 @@ The documented surface (``docs/spark.md``)::
 
     read_event_log(spark, path, ...) -> DataFrame            # batch: the event-log schema
     replay(df, *, delay, policy="goldilocks", on_late="drop", group_col=None) -> (events, late)
+    write_replay(df, events_path, late_path, *, format="parquet", **replay's options)
     watermark_stage(df, *, delay, time_col, source_col, kind_col=None, advance=None, ...)
         -> DataFrame          # any DataFrame, streaming or batch: a better withWatermark
     split_late(staged) -> (events, late)                      # for keep_late=True
@@ -28,6 +29,7 @@ __all__ = [
     "ORDER_COLUMNS",
     "read_event_log",
     "replay",
+    "write_replay",
     "watermark_stage",
     "split_late",
     "EVENT_LOG_STAGE",
@@ -50,6 +52,7 @@ _HOME = {
     "watermark_ms_to_cti": "spark_adapter.schema",
     "read_event_log": "spark_adapter.batch",
     "replay": "spark_adapter.batch",
+    "write_replay": "spark_adapter.batch",
     "watermark_stage": "spark_adapter.streaming",
     "split_late": "spark_adapter.streaming",
     "EVENT_LOG_STAGE": "spark_adapter.streaming",

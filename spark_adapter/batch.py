@@ -1,11 +1,12 @@
 """Batch replay of a recorded event log in Spark, with no single-partition step.
 
-The default plan is the bucketed two-pass below, in plain Spark SQL. ``strategy="scan"``
-(``spark_adapter.batch_plan``) runs the engine's columnar kernel in parallel ``mapInArrow``
-tasks over arrival ranges: the same rows, but slower on the machine measured
-(docs/performance.md), so it is chosen by name until its second pass costs less.
-``strategy="global"`` is one window, kept for comparison. This module builds the
-``(events, late)`` frames of all three.
+The default plan, ``strategy="scan"``, runs the engine's columnar kernel in parallel tasks
+over arrival ranges: over the input's own partitions when they are arrival ranges
+(``spark_adapter.batch_splits``, no shuffle), else over key ranges Spark shuffles and sorts
+(``spark_adapter.batch_plan``; ``strategy="ranges"`` asks for it by name). The bucketed
+two-pass below, in plain Spark SQL, and ``strategy="global"``, one window, are kept by name
+for comparison (docs/performance.md). This module builds the ``(events, late)`` frames of
+all of them, and ``write_replay`` writes both from one decision of every row.
 
 Over a recorded log the Goldilocks state is one number: ``high``, the running maximum of the
 delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (DESIGN §5). Everything a
@@ -34,7 +35,8 @@ rows), so cache an expensive input first.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from functools import partial
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -45,13 +47,18 @@ from operators.policies import resolve_policy
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED
 from engine.times import to_duration_ns
 from spark_adapter.batch_plan import ACTION, CTI_AFTER, delayed_cti, scan_decided
+from spark_adapter.batch_splits import splits_decided
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
 
-__all__ = ["read_event_log", "replay", "resolve_spark_policy", "STRATEGIES", "LATE_COLUMNS"]
+__all__ = ["read_event_log", "replay", "write_replay", "resolve_spark_policy", "STRATEGIES",
+           "LATE_COLUMNS"]
 
-#: ``replay(strategy=...)``: the bucketed two-pass (default, plain SQL), the parallel prefix
-#: scan with the engine's kernel (``spark_adapter.batch_plan``), and the single window.
-STRATEGIES = ("bucketed", "scan", "global")
+#: ``replay(strategy=...)``: the engine's kernel over arrival ranges (the input's partitions
+#: when they are ranges, else shuffled key ranges), the shuffled key ranges by name, the
+#: bucketed two-pass (plain SQL), and the single window.
+STRATEGIES = ("scan", "ranges", "bucketed", "global")
+#: The plan ``replay`` runs unless told: the fastest measured at local[2] (docs/performance.md).
+DEFAULT_STRATEGY = "scan"
 #: Columns the late frame adds to the input's.
 LATE_COLUMNS = ("cti", "action", "adjusted_start")
 
@@ -163,16 +170,19 @@ def _global_prior(df: DataFrame, groups: list[str], order: list[str]) -> DataFra
 def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldilocks",
            on_late: str = "drop", group_col: str | Sequence[str] | None = None,
            order_by: Sequence[str] | None = None, buckets: int | None = None,
-           strategy: str = "bucketed", ranges: int | None = None) -> tuple[DataFrame, DataFrame]:
+           strategy: str = DEFAULT_STRATEGY, ranges: int | None = None
+           ) -> tuple[DataFrame, DataFrame]:
     """Replay an event-log DataFrame under a time policy; return ``(events, late)``.
 
-    ``strategy="bucketed"`` (default) and ``"global"`` only build plain Spark SQL plans,
-    evaluated lazily; no Python runs on the executors. ``strategy="scan"``
-    (``spark_adapter.batch_plan``): runs two or three small
-    jobs on the driver (key span, per-range summaries), then builds the plan of pass 2, which
-    Spark runs lazily: one ``mapInArrow`` task per arrival range, each running the engine's
-    columnar kernel from its carried-in state (the policy object is pickled to the
-    executors). All three give the same rows.
+    ``strategy="scan"`` (default): runs one small job on the driver (per input partition,
+    its runs in arrival order); when the partitions are disjoint arrival ranges, pass 2
+    decides each where it was read (``spark_adapter.batch_splits``), else the range plan
+    runs (``strategy="ranges"``, ``spark_adapter.batch_plan``: two or three more small jobs,
+    then a shuffle into key ranges, each sorted). Pass 2 is lazy: a scalar Arrow UDF over
+    the kind, start and end (and the order, or the range) runs the engine's columnar kernel
+    from each range's carried-in state (the policy object is pickled to the executors).
+    ``strategy="bucketed"`` and ``"global"`` only build plain Spark SQL plans, evaluated
+    lazily; no Python runs on the executors. All give the same rows.
 
     ``df``: the event-log schema (``read_event_log``) or any frame with ``kind``, ``start``,
     ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``);
@@ -183,8 +193,8 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     independent clock (a fleet, a site) replayed in parallel. ``order_by``: the arrival order,
     by default ``ORDER_COLUMNS`` when present, else ``seq``; its first column must be an
     integer (it is bucketed); rows must be unique under it within a group. ``ranges``: how
-    many arrival ranges the scan decides in parallel (default: 4 per core, at least one per
-    million rows). ``buckets``: how many key-range buckets the bucketed plan uses (default:
+    many key ranges the range plan decides in parallel (default: 4 per core, at least one
+    per million rows); given, it selects the range plan. ``buckets``: how many key-range buckets the bucketed plan uses (default:
     enough for the shuffle partitions and ~250k rows each).
 
     ``events`` holds what the engine emits, each row with every input column plus ``cti``, the
@@ -194,7 +204,21 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     CTIs that do not advance time are not emitted. ``late`` holds every late insert as it
     arrived, plus ``cti`` (the CTI it violated), ``action`` (``"dropped"``/``"adjusted"``) and
     ``adjusted_start`` (for ``"adjusted"``). Neither frame is sorted: order by ``order_by``.
+    The two frames share their plan, so writing both decides the log twice: ``write_replay``
+    decides it once.
     """
+    decided, split = _decided(df, delay=delay, policy=policy, on_late=on_late,
+                              group_col=group_col, order_by=order_by, buckets=buckets,
+                              strategy=strategy, ranges=ranges)
+    return split(decided)
+
+
+def _decided(df: DataFrame, *, delay: object, policy: str | Policy, on_late: str,
+             group_col: str | Sequence[str] | None, order_by: Sequence[str] | None,
+             buckets: int | None, strategy: str, ranges: int | None
+             ) -> tuple[DataFrame, Callable[[DataFrame], tuple[DataFrame, DataFrame]]]:
+    """``replay``'s checks and plan: every row with its decision, and the function that
+    selects ``(events, late)`` from such rows."""
     built = resolve_spark_policy(policy, delay, on_late)
     if strategy not in STRATEGIES:
         raise InputError(f"replay: strategy={strategy!r}; expected one of {STRATEGIES}")
@@ -218,14 +242,47 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
         raise InputError(f"replay: ranges={ranges!r}; expected a count >= 1")
     if buckets is not None and buckets < 1:
         raise InputError(f"replay: buckets={buckets!r}; expected a count >= 1")
-    if strategy == "scan":
-        return _split_decided(scan_decided(df, built, groups, order, ranges), df.columns)
+    if strategy in ("scan", "ranges"):
+        decided = None
+        if strategy == "scan" and ranges is None:  # no shuffle when the partitions allow it
+            decided = splits_decided(df, built, groups, order)
+        if decided is None:
+            decided = scan_decided(df, built, groups, order, ranges)
+        return decided, partial(_split_decided, columns=df.columns)
     rows = df.withColumn(_DELAYED, delayed_cti(built.delay))
     if strategy == "bucketed":
         rows = _bucketed_prior(rows, groups, order, buckets)
     else:
         rows = _global_prior(rows, groups, order)
-    return _split(rows, df.columns, built.on_late == "adjust")
+    return rows, partial(_split, columns=df.columns, adjust=built.on_late == "adjust")
+
+
+def write_replay(df: DataFrame, events_path: str, late_path: str, *, format: str = "parquet",
+                 mode: str = "errorifexists", **options: Any) -> None:
+    """``replay(df, **options)`` with both outputs written, deciding every row once.
+
+    ``replay`` returns two lazy frames over the same decisions, so writing one and then the
+    other decides the log twice (the whole plan runs per action). Here the decided rows are
+    persisted (memory, spilling to disk) while the events are written, the late rows are
+    written from them, and they are released. ``format`` and ``mode`` are the
+    ``DataFrameWriter``'s (``"noop"`` computes every row and writes nothing).
+    """
+    from pyspark import StorageLevel
+
+    decided, split = _decided(df, **{**_REPLAY_DEFAULTS, **options})
+    decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        events, late = split(decided)
+        events.write.format(format).mode(mode).save(events_path)
+        late.write.format(format).mode(mode).save(late_path)
+    finally:
+        decided.unpersist()
+
+
+#: ``replay``'s keyword defaults, for ``write_replay``.
+_REPLAY_DEFAULTS: dict[str, Any] = {
+    "delay": None, "policy": "goldilocks", "on_late": "drop", "group_col": None,
+    "order_by": None, "buckets": None, "strategy": DEFAULT_STRATEGY, "ranges": None}
 
 
 def _split(rows: DataFrame, columns: list[str], adjust: bool) -> tuple[DataFrame, DataFrame]:
