@@ -12,9 +12,11 @@ sink writes a log), row groups of 128k rows. A session's core count is fixed whe
 In each process, every contender is checked first (its emitted and late counts equal the
 kernel's; this is also its warm-up), then ``--reps`` rounds run each contender once, in turn
 (so a change of machine load falls on all of them alike). A Spark run is ``replay`` of the
-Parquet files (read, not cached) with both outputs written to the ``noop`` sink; the engine's
-run is ``goldilocks.replay`` of the same files (columnar path, one core whatever the master).
-Printed: median, min and max wall seconds, rows/s, the load average before and after, and the
+Parquet files (read, not cached) with both outputs written to the ``noop`` sink by
+``write_replay`` (every row decided once); the engine's run is ``goldilocks.replay`` of the
+same files (columnar path, one core whatever the master). CPU seconds are the process tree's
+(the JVM, its Python workers, and this driver process).
+Printed: median, min and max wall seconds, median CPU seconds, rows/s, the load average before and after, and the
 ratios the plan is judged by: each contender's local[1] median over its local[2] median, and
 the scan plan's local[2] median against the single global window's.
 """
@@ -35,12 +37,12 @@ from typing import Callable
 
 import numpy as np
 
-from benchmarks.bench_spark import S, make_log, write_parquet
+from benchmarks.bench_spark import S, make_log, process_cpu, write_parquet
 
 DELAY = 2 * S
 EPOCH = 1_795_305_600 * S  # 2026-11-22T00:00:00Z
 MASTERS = ("local[1]", "local[2]")
-SPARK_PLANS = ("scan", "bucketed", "global")
+SPARK_PLANS = ("scan", "ranges", "bucketed", "global")
 ENGINE = "engine columnar replay"
 
 
@@ -87,7 +89,7 @@ def child(master: str, paths: list[str], rows: int, reps: int, plans: list[str])
     from pyspark.sql import functions as F
 
     from goldilocks.replay import replay as engine_replay
-    from spark_adapter import replay
+    from spark_adapter import replay, write_replay
 
     spark = (SparkSession.builder.master(master).appName("bench_spark_batch")
              .config("spark.driver.memory", "6g").config("spark.ui.enabled", "false")
@@ -102,11 +104,12 @@ def child(master: str, paths: list[str], rows: int, reps: int, plans: list[str])
 
     def spark_run(plan: str) -> Callable[[bool], object]:
         def run(check: bool) -> object:
-            events, late = replay(frame(), delay=DELAY, strategy=plan)
             if check:
+                events, late = replay(frame(), delay=DELAY, strategy=plan)
                 return events.count(), late.count()
-            for part in (events, late):  # every row computed, nothing collected
-                part.write.format("noop").mode("overwrite").save()
+            # both outputs, every row decided once, computed and not collected
+            write_replay(frame(), "events", "late", format="noop", mode="overwrite",
+                         delay=DELAY, strategy=plan)
             return None
         return run
 
@@ -120,14 +123,17 @@ def child(master: str, paths: list[str], rows: int, reps: int, plans: list[str])
         got = run(True)
         assert got == want, (master, name, got, want)
     times: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
     load_before = os.getloadavg()[0]
     for _ in range(reps):
         for name, run in contenders.items():
-            began = time.perf_counter()
+            began, cpu_began = time.perf_counter(), process_cpu(jvm) + time.process_time()
             run(False)
             times[name].append(time.perf_counter() - began)
-    result = {"master": master, "times": times, "load": [load_before, os.getloadavg()[0]],
-              "spark": spark.version}
+            cpu[name].append(process_cpu(jvm) + time.process_time() - cpu_began)
+    result = {"master": master, "times": times, "cpu": cpu,
+              "load": [load_before, os.getloadavg()[0]], "spark": spark.version}
     spark.stop()
     return result
 
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     for master in MASTERS:
         load = results[master]["load"]
         print(f"  {master}: load average {load[0]:.1f} before, {load[1]:.1f} after")
-    print(f"{'contender':26s} " + " ".join(f"{m + ' s':>20s}" for m in MASTERS)
+    print(f"{'contender':26s} " + " ".join(f"{m + ' s':>20s} {'CPU s':>6s}" for m in MASTERS)
           + f" {'rows/s local[2]':>16s} {'local[2] speed-up':>18s}")
     medians: dict[str, dict[str, float]] = {}
     for name in [*plans, ENGINE]:
@@ -175,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         for master in MASTERS:
             ts = results[master]["times"][name]
             medians.setdefault(name, {})[master] = statistics.median(ts)
-            cells.append(f"{statistics.median(ts):7.2f} ({min(ts):.2f}-{max(ts):.2f})")
+            cells.append(f"{statistics.median(ts):7.2f} ({min(ts):.2f}-{max(ts):.2f}) "
+                         f"{statistics.median(results[master]['cpu'][name]):6.2f}")
         m1, m2 = medians[name][MASTERS[0]], medians[name][MASTERS[1]]
-        print(f"{name:26s} " + " ".join(f"{c:>20s}" for c in cells)
+        print(f"{name:26s} " + " ".join(f"{c:>27s}" for c in cells)
               + f" {n / m2:16,.0f} {m1 / m2:17.2f}x")
     if "scan" in medians and "global" in medians:
         ratio = medians["global"][MASTERS[1]] / medians["scan"][MASTERS[1]]
