@@ -129,22 +129,6 @@ def test_partitions_that_interleave_fall_back_to_the_ranges(spark):
     assert got[1]
 
 
-def test_a_null_order_key_falls_back_and_groups_use_the_ranges(spark):
-    from spark_adapter import replay
-
-    rows = _rows(50)
-    rows[10] = (*rows[10][:8], None, 0, 11)  # no order_key: sorts first, as in the SQL plans
-    frame = spark.createDataFrame(rows, ROW_SCHEMA)
-    for options in ({"group_col": "g"}, {}):
-        events, late = replay(frame.drop(*([] if options else ["g"])), delay=3,
-                              strategy="scan", **options)
-        assert _RANGE_PLAN in _plan(events)
-        got = [[tuple(r) for r in part.orderBy(*ORDER).collect()] for part in (events, late)]
-        reference = replay(frame.drop(*([] if options else ["g"])), delay=3, strategy="global",
-                           **options)
-        assert got == [[tuple(r) for r in part.orderBy(*ORDER).collect()] for part in reference]
-
-
 def test_an_input_that_changes_between_the_reads_is_refused(spark, tmp_path):
     """The split plan reads the log twice; a file rewritten in between (other rows) fails
     the job with a message naming the partition, instead of deciding from a stale summary."""
