@@ -160,6 +160,21 @@ class LateOutput(PublisherBase):
             self._buffer.clear()
         return records
 
+    def snapshot(self) -> tuple[list[LateRecord], int, int, int]:
+        """What a checkpoint keeps (TS §8.1): the records waiting, and the counts of
+        records, peak and overflow."""
+        with self._lock:
+            return list(self._buffer), self._records, self._peak, self._overflow
+
+    def load(self, records: list[LateRecord], total: int, peak: int, overflow: int) -> None:
+        """Take back what ``snapshot`` returned (a restored union's, before it runs)."""
+        if len(records) > self.capacity:
+            raise ValueError(f"{self.name}: {len(records)} records restored into a buffer of "
+                             f"{self.capacity}; expected a capacity at least as large")
+        with self._lock:
+            self._buffer.extend(records)
+            self._records, self._peak, self._overflow = total, peak, overflow
+
     def stats(self) -> LateStats:
         with self._lock:
             return LateStats(self._records, len(self._buffer), self._peak, self.capacity,

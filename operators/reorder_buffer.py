@@ -32,11 +32,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import count
+from typing import Any
 
 from sortedcontainers import SortedKeyList
 
 from engine.errors import InputError
 from engine.event import CTI, Event
+from operators.checkpoint import CheckpointError, decode_event, encode_event
 
 __all__ = ["ReorderBuffer", "ReorderStats"]
 
@@ -148,6 +150,36 @@ class ReorderBuffer:
         self._items.clear()
         self._released += len(out)
         return out, self.take_late()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The buffer as JSON values, for a checkpoint (TS §8.1): the held inserts in
+        release order, the late ones not yet taken, the last CTI and the accounting."""
+        return {"capacity": self.capacity, "items": [encode_event(i[2]) for i in self._items],
+                "late": [encode_event(e) for e in self._late], "last_cti": self._last_cti,
+                "counts": [self._peak, self._released, self._late_total]}
+
+    def load(self, obj: Any, where: str = "checkpoint: reorder buffer") -> None:
+        """Take the state ``snapshot`` wrote (into a buffer at least as large);
+        ``CheckpointError``, and nothing changed, otherwise."""
+        try:
+            items = [decode_event(a, where) for a in obj["items"]]
+            late = [decode_event(a, where) for a in obj["late"]]
+            last = obj["last_cti"]
+            peak, released, late_total = (int(c) for c in obj["counts"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{where}: malformed: {err!r}") from None
+        if len(items) + len(late) > self.capacity:
+            raise CheckpointError(f"{where}: {len(items) + len(late)} events restored into a "
+                                  f"buffer of capacity {self.capacity}; expected one at least "
+                                  f"as large as the checkpoint's ({obj.get('capacity')})")
+        if not isinstance(last, (int, type(None))):
+            raise CheckpointError(f"{where}: malformed last_cti {last!r}")
+        seq = count()
+        self._items = SortedKeyList(((e.start, next(seq), e) for e in items), key=_key)
+        self._seq = seq  # the held ones keep their order; later arrivals sort after them
+        self._late = late
+        self._last_cti = last
+        self._peak, self._released, self._late_total = peak, released, late_total
 
     def stats(self) -> ReorderStats:
         """What is held now against the bound, the most ever held, and the totals."""

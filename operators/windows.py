@@ -56,6 +56,8 @@ from engine.event import CTI, POINT, Event, LateRecord
 from engine.policy import Policy
 from engine.times import MAX_TIME, to_duration_ns
 
+from operators.checkpoint import (CheckpointError, check_policy, decode_state,
+                                  describe_policy, encode_state)
 from operators.late import LateOutput
 from operators.temporal import TemporalOperator, split_late
 
@@ -526,6 +528,86 @@ class Windows:
             self._floor = floor  # TS §6.4: a key that returns cannot reopen what was emitted
         self._evicted += 1
         return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self) -> dict[str, Any]:
+        """This window state as JSON values, for a checkpoint (TS §8.1): the open windows
+        and their accumulators, the clock or every key's clock and policy state, and the
+        accounting. A user fold's accumulator must be a JSON value (a tuple comes back as
+        one when the fold's ``initial`` is a tuple, else as a list)."""
+        clocks = self.clocks
+        return {
+            "spec": [self.spec.size, self.spec.hop, self.spec.offset],
+            "folds": [f.label for f in self.folds], "keyed": self._keyed,
+            "clocks": None if clocks is None else describe_policy(clocks),
+            "idle_after": self.idle_after, "clock": self._clock,
+            "open": [[end, key, accs] for (end, key), accs in self._open.items()],
+            "groups": [[key, self._order[key],
+                        encode_state(clocks, g.state),  # type: ignore[arg-type]
+                        g.clock, g.seen, [[end, accs] for end, accs in g.windows.items()]]
+                       for key, g in self._groups.items()],
+            "made": self._made, "fleet_time": self._fleet_time, "floor": self._floor,
+            "counts": [self._n_open, self._peak, self._inserts, self._late, self._emitted,
+                       self._evicted, self._closed_by_eviction]}
+
+    def load(self, obj: Any, where: str = "checkpoint: windows") -> None:
+        """Take the state ``snapshot`` wrote, into windows of the same definition (size,
+        hop, offset, fold labels, key or not, the clocks' policy); ``CheckpointError``
+        naming what differs, and nothing changed, otherwise."""
+        def want(name: str, value: Any) -> None:
+            if obj.get(name) != value:
+                raise CheckpointError(f"{where}: taken with {name} {obj.get(name)!r}, "
+                                      f"restored into windows with {value!r}; expected the "
+                                      "same definition")
+
+        if not isinstance(obj, dict):
+            raise CheckpointError(f"{where}: malformed: {obj!r}")
+        want("spec", [self.spec.size, self.spec.hop, self.spec.offset])
+        want("folds", [f.label for f in self.folds])
+        want("keyed", self._keyed)
+        want("idle_after", self.idle_after)
+        clocks = self.clocks
+        if clocks is None:
+            want("clocks", None)
+        else:
+            check_policy(clocks, obj.get("clocks"), f"{where}: clocks")
+        tuples = [isinstance(f.initial, tuple) for f in self.folds]
+
+        def accs_of(value: Any) -> list:
+            if (not isinstance(value, list) or len(value) != len(tuples) + 1
+                    or not isinstance(value[0], int)):
+                raise CheckpointError(f"{where}: malformed accumulators {value!r}")
+            return [value[0]] + [tuple(a) if t and isinstance(a, list) else a
+                                 for t, a in zip(tuples, value[1:])]
+
+        try:
+            opened = SortedDict({(end, key): accs_of(accs) for end, key, accs in obj["open"]})
+            groups: dict[Any, _Group] = {}
+            order: dict[Any, int] = {}
+            by_seen = SortedList()
+            for key, made, state, clock, seen, windows in obj["groups"]:
+                assert clocks is not None
+                group = groups[key] = _Group(decode_state(clocks, state, where), clock)
+                group.seen = seen
+                group.windows = SortedDict({end: accs_of(a) for end, a in windows})
+                order[key] = made
+                by_seen.add((_seen_key(seen), made, key))
+            counts = [int(c) for c in obj["counts"]]
+            scalars = [obj[k] for k in ("clock", "made", "fleet_time", "floor")]
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{where}: malformed: {err!r}") from None
+        if len(counts) != 7 or any(not isinstance(v, (int, type(None))) for v in scalars):
+            raise CheckpointError(f"{where}: malformed counts {obj.get('counts')!r}")
+        held = len(opened) + sum(len(g.windows) for g in groups.values())
+        if held != counts[0] or held > self.max_open or len(groups) > self.max_keys:
+            raise CheckpointError(f"{where}: {held} open windows and {len(groups)} keys "
+                                  f"restored into windows bounded by max_open="
+                                  f"{self.max_open}, max_keys={self.max_keys} (the "
+                                  f"checkpoint counts {counts[0]} open)")
+        self._clock, self._made, self._fleet_time, self._floor = scalars
+        self._open, self._groups, self._order, self._by_seen = opened, groups, order, by_seen
+        (self._n_open, self._peak, self._inserts, self._late, self._emitted, self._evicted,
+         self._closed_by_eviction) = counts
 
     # ------------------------------------------------------------------ accounting
     def stats(self) -> WindowStats:

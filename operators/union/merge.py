@@ -424,6 +424,26 @@ class Output(SubscriptionBase):
                 trampoline.running = False
         return True
 
+    def hold(self) -> bool:
+        """Claim the drain for work done outside it (a checkpoint, TS §8.1): True once the
+        work counter moved from 0 to 1, as ``signal`` claims it, so nothing merges
+        meanwhile (RS §1.3); False, having done nothing, if a drain runs or is due. The
+        holder merges what is queued with ``settle`` and ends with ``let_go``."""
+        with self._lock:
+            if self._wip:
+                return False
+            self._wip = 1
+        return True
+
+    def settle(self) -> None:
+        """Merge queued arrivals without handing anything on (only while held)."""
+        if not self.merge.pending and self.merge.queue:
+            self.merge_into(_settling, 0, 1)
+
+    def let_go(self) -> None:
+        """End a ``hold``: a drain turn takes the counter and whatever arrived meanwhile."""
+        self._schedule()
+
     def merge_into(self, on_next: Callable[[Any], None], limit: int, size: int) -> int:
         """The merge loop. Merges queued arrivals until an element of ``size`` events is due
         (or none is left), hands it to ``on_next``, and so on, until ``limit`` elements were

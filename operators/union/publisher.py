@@ -5,7 +5,7 @@ loop), ``stats``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.errors import ClosedError
@@ -17,10 +17,11 @@ from engine.sinks import PublisherBase
 from engine.sources import failed
 from engine.subscription import check_subscriber
 from operators.late import LateOutput
+import operators.union.checkpoint as checkpoint
 import operators.union.ways_in as ways_in
 from operators.union.align import aligning
 from operators.union.handles import Emitter, EmitterSubscription, InputHandle
-from operators.union.inputs import Intake
+from operators.union.inputs import Input, Intake
 from operators.union.merge import Merge, Output
 from operators.union.stats import UnionStats, input_stats
 
@@ -99,6 +100,7 @@ class Union(PublisherBase):
         if align is not None:
             align.wake = self._intake.grant
         self._merge = Merge(policy, self._intake, self.late, final_cti)
+        self._detached: dict[str, Input] = {}  # restored inputs not yet re-attached (TS §8.1)
 
     # ================================================================ inputs
     def add(self, publisher: Any, *, name: str | None = None,
@@ -106,15 +108,60 @@ class Union(PublisherBase):
         """Merge ``publisher``'s events as input ``name`` (any thread, any time)."""
         if publisher is None:
             raise TypeError(f"{self.name}.add() requires a publisher, got None")
-        inp = self._intake.new_input(name, prefetch, imperative=False)
+        inp = self._reattach(name, prefetch, False) or self._intake.new_input(
+            name, prefetch, imperative=False)
         publisher.subscribe(inp)
         return InputHandle(inp, self._merge)
 
     def open_input(self, name: str, *, prefetch: int | None = None) -> Emitter:
         """An input fed imperatively through the returned ``Emitter``."""
-        inp = self._intake.new_input(name, prefetch, imperative=True)
+        inp = self._reattach(name, prefetch, True) or self._intake.new_input(
+            name, prefetch, imperative=True)
         inp.on_subscribe(EmitterSubscription(inp))
         return Emitter(inp, self._merge)
+
+    def _reattach(self, name: str | None, prefetch: int | None,
+                  imperative: bool) -> Input | None:
+        """The restored input ``name`` waiting to be re-attached, if any (TS §8.1)."""
+        inp = self._detached.pop(name, None) if self._detached and name is not None else None
+        if inp is not None:
+            inp.imperative = imperative
+            if prefetch:
+                inp.prefetch = prefetch
+        return inp
+
+    # ================================================================ checkpoints
+    def checkpoint(self, *, stages: Mapping[str, Any] | None = None) -> bytes:
+        """The union's state as checkpoint bytes (``docs/checkpoint.md``, TS §8.1).
+
+        Membership, every input's counts and last CTI, progress and idleness, the policy's
+        state, the merge's output CTI and the events merged but not yet handed on, the late
+        records waiting: what ``restore`` needs to continue exactly. ``stages``: stateful
+        stages downstream of the union to save with it, by name (``Windows``,
+        ``ReorderBuffer``). Call it between sends, not from inside the subscriber's
+        ``on_next``; arrivals still queued behind a subscriber without demand refuse it
+        (``CheckpointError``), since they are part of no cut. See
+        ``operators.union.checkpoint``.
+        """
+        return checkpoint.take(self, stages or {})
+
+    @classmethod
+    def restore(cls, data: bytes, *, policy: Policy,
+                stages: Mapping[str, Any] | None = None, **options: Any) -> Union:
+        """A new union continuing from ``checkpoint()``'s ``data`` under ``policy`` (the
+        same policy as the checkpoint's: checked). The configuration is the checkpoint's;
+        ``options`` (``Union``'s keywords: ``executor``, ``clock``…) override it. Its active
+        inputs wait to be re-attached by name (``add(publisher, name=…)``,
+        ``open_input(name)``); each one's ``stats().received`` tells its producer where to
+        resend from. ``stages``: fresh stages of the same definitions to load the saved
+        ones into. A checkpoint that is not one, of a newer format, truncated, corrupted or
+        made under another policy raises ``CheckpointError`` and nothing is changed (TS
+        §8.2)."""
+        return checkpoint.restore(cls, data, policy, stages or {}, options)
+
+    def detached(self) -> tuple[str, ...]:
+        """The restored inputs not yet re-attached (TS §8.1), by name."""
+        return tuple(self._detached)
 
     def feed(self, arrivals: Iterable[tuple[Emitter, Event]], *, chunk: int = 1024) -> int:
         """Send recorded arrivals ``(emitter, event)`` in their order, as credit allows.

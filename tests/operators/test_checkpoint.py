@@ -1,0 +1,324 @@
+"""Union.checkpoint() / Union.restore() (TS §8.1, §8.2; docs/checkpoint.md).
+
+The property: checkpoint at any point of any script, restore into a new union, re-attach the
+inputs by name and continue — the output, the late records, the window results downstream
+and the counts are those of the uninterrupted run; and a restored union's own checkpoint is
+the bytes it was restored from. Bad checkpoints are refused with the reason, nothing changed.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine import Event
+from operators import (Union, Windows, goldilocks, max_policy, min_policy, quantile_policy)
+from operators.checkpoint import HEADER_SIZE, CheckpointError, describe_policy, pack, unpack
+from operators.reorder_buffer import ReorderBuffer
+from operators.windows import hopping_spec, parse_fold, tumbling_spec
+
+NAMES = ("A", "B", "C")
+
+
+class Collect:
+    """The union's subscriber: every event, and what windows closed by the merged CTI make
+    of it (windows with per-key clocks take the arrivals themselves, beside the union)."""
+
+    def __init__(self, windows: Windows | None, demand: int = 10**9) -> None:
+        self.events: list[Event] = []
+        self.windows = windows
+        self.results: list = []
+        self.demand = demand
+        self.inside = None
+
+    def on_subscribe(self, s) -> None:
+        self.s = s
+        if self.demand:
+            s.request(self.demand)
+
+    def on_next(self, e) -> None:
+        self.events.append(e)
+        if self.windows is not None and self.windows.clocks is None:  # by the merged CTI
+            self.results.extend(self.windows.step(e))
+        if self.inside is not None:
+            self.inside()
+
+    def on_error(self, e) -> None:
+        raise AssertionError(e)
+
+    def on_complete(self) -> None:
+        pass
+
+
+POLICIES = {
+    "goldilocks": lambda on_late: goldilocks(3, on_late),
+    "max": lambda on_late: max_policy(on_late),
+    "min": lambda on_late: min_policy(on_late),
+    "quantile": lambda on_late: quantile_policy(2, 1, on_late),
+    "guarded": lambda on_late: goldilocks(2, on_late, max_ahead=10),
+}
+
+
+def make_windows(kind: str, keyed: bool, clocks: str | None) -> Windows:
+    spec = tumbling_spec(10) if kind == "tumbling" else hopping_spec(10, 5)
+    folds = (parse_fold("count"), parse_fold("sum:v"), parse_fold("min:v"))
+    return Windows(spec, folds, key="source" if keyed else None,
+                   clocks=None if clocks is None else POLICIES[clocks]("drop"),
+                   idle_after=None if clocks is None else 12, max_open=10_000, max_keys=2)
+
+
+def run(script, policy, windows_def, cut: int | None):
+    """Run ``script``; with ``cut``, checkpoint after that many steps, restore, continue."""
+    windows = make_windows(*windows_def) if windows_def else None
+    union = Union(POLICIES[policy[0]](policy[1]), late_capacity=10_000)
+    sub = Collect(windows)
+    union.subscribe(sub)
+    events, results = sub.events, sub.results
+    emitters: dict = {}
+    checkpoint = again = None
+    for i, (op, name, event) in enumerate(script):
+        if i == cut:
+            checkpoint = union.checkpoint(stages={"w": windows} if windows else None)
+            windows = make_windows(*windows_def) if windows_def else None
+            union = Union.restore(checkpoint, policy=POLICIES[policy[0]](policy[1]),
+                                  stages={"w": windows} if windows else None)
+            again = union.checkpoint(stages={"w": windows} if windows else None)
+            assert set(union.detached()) == set(emitters)
+            sub = Collect(windows)
+            union.subscribe(sub)
+            sub.events, sub.results = events, results
+            emitters = {n: union.open_input(n) for n in emitters}
+        if op == "open":
+            emitters[name] = union.open_input(name)
+        elif op == "send":
+            assert emitters[name].try_send(event)
+            if windows is not None and windows.clocks is not None:
+                results.extend(windows.step(event))  # each device's clock, beside the union
+        else:
+            emitters.pop(name).complete()
+    late = union.late.drain()
+    stats = union.stats()
+    counts = (stats.received, stats.emitted, stats.ctis, stats.dropped, stats.adjusted,
+              stats.output_cti, stats.late.records,
+              [(s.name, s.state, s.received, s.emitted, s.dropped, s.adjusted, s.last_cti,
+                s.ctis) for s in stats.inputs])
+    wstats = None if windows is None else windows.stats()
+    return events, late, results, counts, wstats, checkpoint, again
+
+
+@st.composite
+def scripts(draw):
+    steps = []
+    active: list[str] = []
+    t = 0
+    for _ in range(draw(st.integers(1, 60))):
+        choices = ["open"] if not active else ["send"] * 6 + ["complete", "open"]
+        op = draw(st.sampled_from(choices))
+        if op == "open":
+            free = [n for n in NAMES if n not in active]
+            if not free:
+                op = "send"
+            else:
+                name = draw(st.sampled_from(free))
+                active.append(name)
+                steps.append(("open", name, None))
+                continue
+        name = draw(st.sampled_from(active))
+        if op == "complete":
+            active.remove(name)
+            steps.append(("complete", name, None))
+            continue
+        t += draw(st.integers(-2, 4))
+        s = t + draw(st.integers(-8, 3))
+        kind = draw(st.sampled_from(["point", "interval", "cti"]))
+        if kind == "cti":
+            e = Event.cti(s, source=name)
+        elif kind == "point":
+            e = Event.point(s, {"v": draw(st.integers(-5, 5))}, source=name)
+        else:
+            e = Event.interval(s, s + draw(st.integers(1, 12)), {"v": 1.5}, source=name)
+        steps.append(("send", name, e))
+    return steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(script=scripts(), policy=st.tuples(st.sampled_from(sorted(POLICIES)),
+                                          st.sampled_from(["drop", "adjust"])),
+       windows_def=st.one_of(st.none(), st.tuples(
+           st.sampled_from(["tumbling", "hopping"]), st.booleans(),
+           st.one_of(st.none(), st.sampled_from(["goldilocks", "min", "quantile"])))),
+       data=st.data())
+def test_checkpoint_restore_continue_equals_the_uninterrupted_run(script, policy,
+                                                                   windows_def, data):
+    cut = data.draw(st.integers(0, len(script)), label="cut")
+    whole = run(script, policy, windows_def, None)
+    resumed = run(script, policy, windows_def, cut)
+    assert resumed[:5] == whole[:5]
+    if resumed[5] is not None:  # the cut was inside the script
+        assert resumed[6] == resumed[5]  # a restored union's checkpoint is what it came from
+
+
+def test_the_seeds_example_continues_from_every_cut():
+    m = 60 * 10**9
+    script = [("open", "A", None), ("open", "B", None),
+              ("send", "A", Event.point(5 * m, source="A")),
+              ("send", "B", Event.point(0, source="B")),
+              ("send", "A", Event.cti(5 * m, source="A")),
+              ("send", "B", Event.cti(0, source="B")),
+              ("send", "A", Event.point(7 * m, source="A")),
+              ("send", "A", Event.cti(8 * m, source="A")),
+              ("send", "B", Event.point(1 * m, source="B"))]
+    POLICIES["seed"] = lambda on_late: goldilocks("5m", on_late)
+    try:
+        whole = run(script, ("seed", "drop"), None, None)
+        assert [(e.kind, e.start // m) for e in whole[0]] == [
+            ("point", 5), ("point", 0), ("cti", 0), ("point", 7), ("cti", 3)]
+        assert [r.event.start // m for r in whole[1]] == [1]
+        for cut in range(len(script) + 1):
+            assert run(script, ("seed", "drop"), None, cut)[:5] == whole[:5], cut
+    finally:
+        del POLICIES["seed"]
+
+
+def test_departed_inputs_and_pending_events_are_kept():
+    union = Union(goldilocks(0), keep_departed=1)
+    sub = Collect(None, demand=1)
+    union.subscribe(sub)
+    for name in ("A", "B", "C"):
+        e = union.open_input(name)
+        e.try_send(Event.cti(1, source=name))
+        e.complete()
+    d = union.open_input("D")
+    d.try_send(Event.point(5, source="D"))  # waits for demand, merged: pending
+    data = union.checkpoint()
+    restored = Union.restore(data, policy=goldilocks(0))
+    assert restored.stats().forgotten == union.stats().forgotten == 2
+    assert [s.name for s in restored.stats().inputs] == ["C", "D"]
+    assert restored.detached() == ("D",)
+    later = Collect(None)
+    restored.subscribe(later)
+    assert later.events == [Event.point(5, source="D")]
+
+
+def test_queued_arrivals_behind_no_demand_refuse_a_checkpoint():
+    union = Union(goldilocks(0))
+    sub = Collect(None, demand=1)
+    union.subscribe(sub)
+    a = union.open_input("A")
+    for t in range(3):
+        assert a.try_send(Event.point(t, source="A"))
+    with pytest.raises(CheckpointError, match="arrivals are queued.*waiting for demand"):
+        union.checkpoint()
+    sub.s.request(10)
+    assert Union.restore(union.checkpoint(), policy=goldilocks(0)).stats().emitted == 3
+
+
+def test_checkpoint_from_inside_on_next_is_refused_and_changes_nothing():
+    union = Union(goldilocks(0))
+    sub = Collect(None)
+    caught: list = []
+
+    def inside():
+        try:
+            union.checkpoint()
+        except CheckpointError as err:
+            caught.append(err)
+    sub.inside = inside
+    union.subscribe(sub)
+    a = union.open_input("A")
+    a.try_send(Event.point(1, source="A"))
+    assert caught and "on_next" in str(caught[0])
+    a.try_send(Event.point(2, source="A"))
+    assert len(sub.events) == 2  # the union goes on
+
+
+def _checkpoint():
+    union = Union(goldilocks(3))
+    union.subscribe(Collect(None))
+    a = union.open_input("A")
+    a.try_send(Event.point(5, {"t": 1}, source="A"))
+    a.try_send(Event.cti(9, source="A"))
+    return union.checkpoint()
+
+
+def _newer(data: bytes) -> bytes:
+    magic, _, flags, length, crc = struct.unpack_from(">8sHHQI", data)
+    return struct.pack(">8sHHQI", magic, 2, flags, length, crc) + data[HEADER_SIZE:]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d[:-5], "truncated: the header announces"),
+    (lambda d: d[:10], "truncated: 10 bytes, shorter than the 24-byte header"),
+    (lambda d: d[:40] + bytes([d[40] ^ 0x20]) + d[41:], "corrupted: the body's CRC-32"),
+    (lambda d: b'{"kind": "union"}', "not a Goldilocks checkpoint"),
+    (lambda d: b"PK\x03\x04" + d[4:], "not a Goldilocks checkpoint"),
+    (lambda d: b"", r"empty \(0 bytes\)"),
+    (_newer, "format 2, newer than this version reads"),
+    (lambda d: d + b"\n", "1 bytes after the end"),
+    (lambda d: pack("replay", {"x": 1}), "a checkpoint of a 'replay', not of a 'union'"),
+])
+def test_a_bad_checkpoint_says_what_is_wrong(damage, message):
+    with pytest.raises(CheckpointError, match=message):
+        Union.restore(damage(_checkpoint()), policy=goldilocks(3))
+
+
+def test_another_policy_or_stage_is_refused_and_nothing_is_changed():
+    data = _checkpoint()
+    with pytest.raises(CheckpointError, match=r"taken under the policy goldilocks\(delay=3"):
+        Union.restore(data, policy=goldilocks(4))
+    with pytest.raises(CheckpointError, match="holds a HighState, but the policy min.* keeps a MinState"):
+        body = unpack(data, "union")
+        body["policy"] = describe_policy(min_policy())  # the state is still goldilocks'
+        Union.restore(pack("union", {k: v for k, v in body.items() if k != "kind"}),
+                      policy=min_policy())
+    windows = make_windows("tumbling", True, None)
+    windows.step(Event.point(3, {"v": 1}, source="A"))
+    before = windows.snapshot()
+    with pytest.raises(CheckpointError, match="holds no stage 'w'"):
+        Union.restore(data, policy=goldilocks(3), stages={"w": windows})
+    union = Union(goldilocks(3))
+    other = make_windows("hopping", True, None)
+    reorder = ReorderBuffer(4)
+    reorder.push(Event.point(1))
+    union.subscribe(Collect(None))
+    data = union.checkpoint(stages={"r": reorder, "w": other})
+    fresh = ReorderBuffer(4)
+    with pytest.raises(CheckpointError, match=r"stage 'w'.*spec"):
+        Union.restore(data, policy=goldilocks(3), stages={"r": fresh, "w": windows})
+    assert windows.snapshot() == before and fresh.stats().buffered == 0  # nothing changed
+    with pytest.raises(CheckpointError, match="crc|CRC"):
+        body = bytearray(data)
+        body[-3] ^= 1
+        Union.restore(bytes(body), policy=goldilocks(3))
+
+
+def test_a_payload_that_is_not_json_is_refused_at_checkpoint():
+    union = Union(goldilocks(0))
+    sub = Collect(None, demand=0)
+    union.subscribe(sub)
+    union.open_input("A").try_send(Event.point(1, {1, 2}, source="A"))
+    with pytest.raises(CheckpointError, match="JSON value"):
+        union.checkpoint()
+
+
+def test_reorder_buffer_state_round_trips():
+    buf = ReorderBuffer(8)
+    for t in (7, 3, 5, 3):
+        buf.push(Event.point(t))
+    buf.release(4)
+    buf.push(Event.point(2))
+    copy = ReorderBuffer(8)
+    copy.load(buf.snapshot())
+    assert copy.snapshot() == buf.snapshot()
+    assert copy.release(10) == buf.release(10)
+    small = ReorderBuffer(1)
+    with pytest.raises(CheckpointError, match="capacity 1"):
+        small.load(buf.snapshot() | {"items": [["p", 1, 2, None, None]] * 2})
+
+
+def test_checksum_is_crc32_of_the_body():
+    data = _checkpoint()
+    assert struct.unpack_from(">I", data, 20)[0] == zlib.crc32(data[HEADER_SIZE:])
