@@ -128,6 +128,7 @@ example:
   goldilocks replay examples/data/devices/*.jsonl --delay 2m --late late.jsonl --plot fleet.png
   goldilocks replay epoch-seconds.csv --time-unit s --time-format iso --out merged.jsonl
   goldilocks replay examples/data/fleet.jsonl --window 1m --agg mean:celsius --key source
+  goldilocks replay big/*.jsonl --out merged.jsonl --checkpoint merged.ckpt   # again to resume
 """
 
 
@@ -153,6 +154,16 @@ def _speed(text: str) -> str | float:
         raise argparse.ArgumentTypeError(f"{text!r}; expected 'max' or a positive factor such "
                                          "as 1 (as recorded) or 10 (ten times faster)")
     return factor
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a positive whole number")
+    return n
 
 
 def _configure_replay(p: argparse.ArgumentParser) -> None:
@@ -194,6 +205,13 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                    help="draw event time against arrival, the CTI and late events "
                         "(.png, .svg, .pdf, …; needs the plot extra)")
     p.add_argument("--no-summary", action="store_true", help="do not print the summary table")
+    c = p.add_argument_group("checkpoints", "resume an interrupted replay: run the same command "
+                             "again (docs/checkpoint.md)")
+    c.add_argument("--checkpoint", default=None, metavar="FILE",
+                   help="keep a checkpoint in FILE; if FILE exists, resume from it (removed "
+                        "when the replay completes; --out and --late must be files)")
+    c.add_argument("--checkpoint-every", default=None, type=_positive, metavar="N",
+                   help="records between checkpoints (default 100000)")
     w = p.add_argument_group("windows", "one row per window closed by the policy's CTIs "
                              "instead of the merged events (docs/replay.md)")
     w.add_argument("--window", default=None, type=_duration, metavar="D",
@@ -282,6 +300,7 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
 def _run_replay(args: argparse.Namespace) -> int:
     from goldilocks.outputs import AtomicOutput, check_outputs
     from goldilocks.replay import replay, resolve
+    from goldilocks.resume import DEFAULT_EVERY
 
     mode = args.bad_records or ("quarantine" if args.quarantine is not None else "fail")
     if mode == "quarantine" and args.quarantine is None:
@@ -293,7 +312,11 @@ def _run_replay(args: argparse.Namespace) -> int:
         policy = resolve(args.policy, args.delay, args.on_late)
     except InputError as err:
         raise UsageError("delay" if args.delay is not None else "policy", str(err)) from None
+    if args.checkpoint_every is not None and args.checkpoint is None:
+        raise UsageError("--checkpoint-every", "goes with --checkpoint FILE")
     if args.window is not None:
+        if args.checkpoint is not None:
+            raise UsageError("--checkpoint", "is not available with --window")
         return _run_windows(args, mode)
     for flag, given in (("--hop", args.hop), ("--agg", args.agg), ("--key", args.key),
                         ("--idle-after", args.idle_after),
@@ -302,7 +325,19 @@ def _run_replay(args: argparse.Namespace) -> int:
             raise UsageError(flag, "goes with --window D (the window size)")
     out = sys.stdout.buffer if args.out in (None, "-") else args.out
     check_outputs(args.logs, {"--out": out, "--late": args.late,
-                              "--quarantine": args.quarantine, "--plot": args.plot})
+                              "--quarantine": args.quarantine, "--plot": args.plot,
+                              "--checkpoint": args.checkpoint})
+    checkpointing: dict = {}
+    if args.checkpoint is not None:
+        for flag, given in (("--plot", args.plot), ("--quarantine", args.quarantine),
+                            ("--speed", args.speed != "max")):
+            if given:
+                raise UsageError(flag, "is not available with --checkpoint")
+        if not isinstance(out, str):
+            raise UsageError("--out", "a replay with --checkpoint writes to a file (it "
+                             "resumes it): give --out FILE")
+        checkpointing = {"checkpoint": args.checkpoint,
+                         "checkpoint_every": args.checkpoint_every or DEFAULT_EVERY}
     plot_out = plot_format = None
     if args.plot:
         from goldilocks.plot import plot_format as _format
@@ -314,7 +349,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         stats = replay(args.logs, policy=policy, out=out, late=args.late, speed=args.speed,
                        bad_records=mode, quarantine=args.quarantine, progress=True,
                        plot=plot_out is not None, time_unit=args.time_unit,
-                       time_format=args.time_format, merge=args.merge)
+                       time_format=args.time_format, merge=args.merge, **checkpointing)
         if plot_out is not None:
             from goldilocks.plot import plot_replay
 

@@ -14,8 +14,8 @@ Memory: O(chunk), plus the plot's columns if asked.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import orjson
@@ -85,15 +85,28 @@ def _last_by_source(source: np.ndarray, values: np.ndarray, into: dict[int, int]
 
 
 def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out: Output,
-                 late_out: Output, plot: bool, iso: bool = False) -> Tally:
+                 late_out: Output, plot: bool, iso: bool = False, *,
+                 resume: tuple[Any, Tally] | None = None,
+                 after: Callable[[Any, Callable[[], Tally]], None] | None = None) -> Tally:
     """One pass, chunk by chunk: the policy state (``run_columns``'s third value) is carried
     from chunk to chunk, so nothing of a chunk outlives it (TS §5.1: the decisions do not
-    depend on where the chunks are cut)."""
+    depend on where the chunks are cut). ``resume``: the policy state and the counts to
+    start from (a checkpoint's, ``goldilocks.resume``); ``after(state, tally)`` is called
+    once each chunk is written, ``tally()`` giving the counts so far."""
     names = table.names
     run = pol.run_columns  # type: ignore[attr-defined]
     state = None
     counts = _Counts()
     tally = Tally(names)
+    if resume is not None:
+        state, tally = resume[0], replace(resume[1], names=names)
+        for name in _Counts.__slots__:
+            counts.add(name, np.asarray(getattr(tally, name), np.int64))
+
+    def now() -> Tally:
+        return replace(tally, last_cti=dict(tally.last_cti), last_out=dict(tally.last_out),
+                       per_file=dict(tally.per_file),
+                       **{k: getattr(counts, k).tolist() for k in _Counts.__slots__})
     prefixes = _Prefixes(names)
     plot_parts: list[tuple[np.ndarray, ...]] = []
     timed_before = 0
@@ -152,6 +165,8 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
             timed_before += int(timed.sum())
         write_lines(chunk_lines(chunk, prefixes, iso), action, cti, out, late_out, iso)
         del chunk
+        if after is not None:
+            after(state, now)
 
     if plot:
         dtypes = (np.int32, np.int64, np.bool_, np.bool_, np.int64, np.int64)

@@ -32,7 +32,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterable, Protocol, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -62,6 +62,7 @@ from eventlog import (
 from goldilocks.ahead import ahead
 from goldilocks.columnar import Tally, run_columnar
 from goldilocks.outputs import Output, check_outputs, is_path, open_sinks
+from goldilocks.resume import DEFAULT_EVERY, ReplayCheckpoint
 from operators.policies import resolve_policy
 
 __all__ = [
@@ -82,6 +83,9 @@ __all__ = [
 
 COLUMNAR = "columnar"
 ELEMENT = "element"
+
+#: the per-input counters of a ``Tally``
+_COUNTS = ("received", "inserts", "ctis", "emitted", "late", "adjusted", "control", "ctis_out")
 
 
 class Clock(Protocol):
@@ -286,7 +290,9 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
            bad_records: str = "fail", quarantine: str | os.PathLike | BinaryIO | None = None,
            clock: Clock | None = None, progress: bool = False, plot: bool = False,
            columnar: bool | None = None, time_unit: str | None = None,
-           time_format: str = "ns", merge: str = "arrival") -> ReplayStats:
+           time_format: str = "ns", merge: str = "arrival",
+           checkpoint: str | os.PathLike | None = None, checkpoint_every: int = DEFAULT_EVERY,
+           on_checkpoint: Callable[[bytes], None] | None = None) -> ReplayStats:
     """Replay event logs through a policy; write the output and late records; return stats.
 
     ``paths``: JSON Lines, CSV or Parquet logs, merged by ``(order key, file index, line)``
@@ -306,6 +312,14 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     ``merge``: ``"arrival"`` (the default: the logs' order keys, TS §5.2) or ``"time"``: the
     next record comes from the log furthest behind in time (TS §5.8), for per-device logs
     recorded without ``seq``/``arrival``.
+
+    ``checkpoint``: a file that makes the replay resumable (TS §8.3,
+    ``goldilocks.resume``): every ``checkpoint_every`` records the outputs (files, or
+    ``None``) are made durable and the checkpoint replaced; run again with the same
+    arguments after an interruption, the replay continues from it and ends with the bytes
+    of an uninterrupted run; the checkpoint is removed when the replay completes.
+    ``on_checkpoint(data)`` is called with each checkpoint's bytes once written. Not with
+    ``speed``, ``plot`` or a quarantine.
 
     Outputs given as paths are safe: one that is an input, or the same file as another
     output, is refused before anything is opened (``UsageError``); each is written under a
@@ -340,14 +354,33 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     elif columnar and factor is not None:
         raise InputError("pacing (speed) needs the element path")
 
-    check_outputs(path_list, {"out": out, "late": late, "quarantine": quarantine})
+    check_outputs(path_list, {"out": out, "late": late, "quarantine": quarantine,
+                              "checkpoint": checkpoint})
     for p in path_list:  # before an output is created
         if not os.path.exists(p):
             raise InputError(f"{p}: no such file")
-    quarantine_out, out_sink, late_sink = open_sinks(
-        {"quarantine": quarantine, "out": out, "late": late})
-    bad = BadRecords(bad_records, quarantine_out.file)
     table = SourceTable()
+    ck: ReplayCheckpoint | None = None
+    if checkpoint is not None:
+        for option, given in (("speed", factor is not None), ("plot", plot),
+                              ("quarantine", quarantine is not None)):
+            if given:
+                raise UsageError(option, "is not available with a checkpoint")
+        ck = ReplayCheckpoint.open(
+            checkpoint, checkpoint_every, path_list, pol,
+            {"time_unit": time_unit, "time_format": time_format, "merge": merge,
+             "bad_records": bad_records}, {"out": out, "late": late}, table.names,
+            on_checkpoint)
+        if ck.complete is not None:  # a run that completed but did not finish: finish it
+            ck.finish_complete()
+            return _stats(ck.complete, path_list, ck.skipped, pol, columnar, bad_records,
+                          began)
+        quarantine_out = Output(None)
+        out_sink, late_sink = ck.sinks()
+    else:
+        quarantine_out, out_sink, late_sink = open_sinks(
+            {"quarantine": quarantine, "out": out, "late": late})
+    bad = BadRecords(bad_records, quarantine_out.file)
     iso = time_format == "iso"
     modes: list[Any] = []
     chunks = None
@@ -357,11 +390,17 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
         bar = _Progress(path_list, progress)
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
                                      modes=modes, time_unit=time_unit, merge=merge))
+        stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
+        resume, after = (None, None) if ck is None else (ck.resume, ck.after)
         if columnar:
-            tally = run_columnar(pol, chunks, table, out_sink, late_sink, plot, iso)
+            tally = run_columnar(pol, stream, table, out_sink, late_sink, plot, iso,
+                                 resume=resume, after=after)
         else:
-            tally = _run_elements(pol, chunks, table, out_sink, late_sink, plot, factor,
-                                  clock or SystemClock(), modes, iso)
+            tally = _run_elements(pol, stream, table, out_sink, late_sink, plot, factor,
+                                  clock or SystemClock(), modes, iso, resume=resume,
+                                  after=after)
+        if ck is not None:
+            ck.seal(tally, bad.skipped)  # TS §8.3: complete, before the outputs are renamed
         ok = True
     finally:
         if chunks is not None:
@@ -378,17 +417,24 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
                 failed = failed or err
         if failed is not None:
             raise failed
+    if ck is not None:
+        ck.remove()  # TS §8.3: the outputs are in place; nothing is left to resume
+    return _stats(tally, path_list, bad.skipped, pol, columnar, bad.mode, began)
+
+
+def _stats(tally: Tally, path_list: list[str], skipped_by: dict[str, int], pol: Policy,
+           columnar: bool, mode: str, began: float) -> ReplayStats:
     files = tuple(
         FileStats(p, os.path.splitext(p)[1].lstrip(".").lower(), tally.per_file.get(i, 0),
-                  bad.skipped.get(p, 0))
+                  skipped_by.get(p, 0))
         for i, p in enumerate(path_list))
-    skipped = sum(bad.skipped.values())
+    skipped = sum(skipped_by.values())
     return ReplayStats(
         inputs=_inputs(tally), files=files, path=COLUMNAR if columnar else ELEMENT,
         policy=pol.name, delay=pol.delay, on_late=pol.on_late, records=tally.records,
         emitted=tally.emitted_total, ctis_emitted=tally.ctis_total, late=tally.late_total,
-        adjusted=tally.adjusted_total, skipped=skipped if bad.mode == "skip" else 0,
-        quarantined=skipped if bad.mode == "quarantine" else 0, final_cti=tally.final,
+        adjusted=tally.adjusted_total, skipped=skipped if mode == "skip" else 0,
+        quarantined=skipped if mode == "quarantine" else 0, final_cti=tally.final,
         seconds=time.perf_counter() - began,
         plot=None if tally.plot is None else PlotData(tuple(tally.names), *tally.plot))
 
@@ -412,8 +458,11 @@ def _inputs(t: Tally) -> tuple[InputStats, ...]:
 
 def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out: Output,
                   late_out: Output, plot: bool, factor: float | None, clock: Clock,
-                  modes: list[Any], iso: bool = False) -> Tally:
-    """``policy.step`` per record, each output encoded on its own (``eventlog.format``)."""
+                  modes: list[Any], iso: bool = False, *,
+                  resume: tuple[Any, Tally] | None = None,
+                  after: Callable[[Any, Callable[[], Tally]], None] | None = None) -> Tally:
+    """``policy.step`` per record, each output encoded on its own (``eventlog.format``).
+    ``resume`` and ``after`` as for ``run_columnar``."""
     step, join, leave = pol.step, pol.join, pol.leave
     encode_insert = insert_line_iso if iso else insert_line
     encode_cti = cti_line_iso if iso else cti_line
@@ -439,6 +488,26 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
     records = 0
     plot_rows: list[tuple[int, int, bool, bool]] = []
     plot_ctis: list[tuple[int, int]] = []
+    if resume is not None:
+        state, was = resume
+        lists = (received, inserts, ctis, emitted, late, adjusted, control, ctis_out)
+        size = max([size] + [len(getattr(was, k)) for k in _COUNTS])
+        for lst, k in zip(lists, _COUNTS):
+            got = list(getattr(was, k))
+            lst[:] = got + [0] * (size - len(got))
+        last_cti.update(was.last_cti)
+        last_out.update(was.last_out)
+        per_file.update(was.per_file)
+        records, n_emitted, n_ctis, n_late, n_adjusted, final = (
+            was.records, was.emitted_total, was.ctis_total, was.late_total, was.adjusted_total,
+            was.final)
+
+    def now() -> Tally:
+        return Tally(names, list(received), list(inserts), list(ctis), list(emitted),
+                     list(late), list(adjusted), list(control), list(ctis_out),
+                     dict(last_cti), dict(last_out), dict(per_file), records, n_emitted,
+                     n_ctis, n_late, n_adjusted, final)
+
     paced = factor is not None
     origin: tuple[float, int] | None = None
     write_out = out.write
@@ -521,6 +590,8 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
             records += 1
         write_out(b"".join(buf))
         write_late(b"".join(lbuf))
+        if after is not None:
+            after(state, now)
     drawn = None
     if plot:
         rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 4)
