@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -130,7 +131,7 @@ def rows(chunk: Columns, a: int, b: int) -> Columns:
 
 
 def _encode_tally(t: Tally) -> dict[str, Any]:
-    return {**{k: list(getattr(t, k)) for k in _COUNTS},
+    return {"names": list(t.names), **{k: list(getattr(t, k)) for k in _COUNTS},
             "last_cti": sorted(t.last_cti.items()), "last_out": sorted(t.last_out.items()),
             "per_file": sorted(t.per_file.items()), "records": t.records,
             "emitted_total": t.emitted_total, "ctis_total": t.ctis_total,
@@ -234,8 +235,9 @@ class ReplayCheckpoint:
         lengths = field(body, "lengths", dict, where)
         if set(lengths) != set(self.targets):
             raise CheckpointError(f"{where}: malformed: lengths of {sorted(lengths)}")
-        if body.get("complete"):
-            self.complete = tally
+        if body.get("complete"):  # nothing is read again: the names are the checkpoint's
+            self.complete = replace(tally, names=[str(n) for n in field(
+                body["counts"], "names", list, where)])
             self.skipped = dict(body.get("skipped") or {})
             return {}
         for option, n in lengths.items():

@@ -24,7 +24,7 @@ name=…)`` or ``open_input(name)`` — which continues its counts.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
 from engine.policy import Policy
 from operators.checkpoint import (CheckpointError, RestoredError, check_policy, decode_event,
@@ -32,6 +32,7 @@ from operators.checkpoint import (CheckpointError, RestoredError, check_policy, 
                                   encode_late, encode_state, field, pack, unpack)
 from operators.reorder_buffer import ReorderBuffer
 from operators.union.inputs import Input, Intake
+from operators.union.merge import Output
 from operators.windows import Windows
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def take(union: Union, stages: Mapping[str, Any]) -> bytes:
     kinds = {name: _stage_type(stage, name) for name, stage in stages.items()}
     intake = union._intake
     merge = union._merge
-    output = intake.output
+    output = cast("Output | None", intake.output)  # the union's one output (merge.Output)
     if output is not None and not output.hold():
         raise CheckpointError(
             f"checkpoint: {union.name} is merging on another thread, or checkpoint() was "
