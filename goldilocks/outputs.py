@@ -34,7 +34,8 @@ from typing import Any, BinaryIO, Iterable, Mapping
 
 from engine.errors import UsageError
 
-__all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path", "Output", "open_sinks"]
+__all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path", "Output", "open_sinks",
+           "write_atomic"]
 
 
 def is_path(target: Any) -> bool:
@@ -208,3 +209,18 @@ def open_sinks(targets: Mapping[str, Any]) -> list[Output]:
             raise UsageError(option, f"{target!r}; expected a path, a binary file or None")
     atomic = open_outputs(targets)
     return [Output(target, atomic.get(option)) for option, target in targets.items()]
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, option: str = "checkpoint") -> None:
+    """Replace ``path`` with ``data`` whole (an ``AtomicOutput``), durably: the bytes are
+    ``fsync``-ed before the rename, so a reader — or a run after a crash — finds the old
+    file or the new one, never a part."""
+    out = AtomicOutput(path, option)
+    try:
+        out.file.write(data)
+        out.file.flush()
+        os.fsync(out.file.fileno())
+    except BaseException:
+        out.discard()
+        raise
+    out.commit()

@@ -40,7 +40,7 @@ from engine.policy import Policy
 from eventlog import Columns
 from eventlog.columns import Payloads, RawLines
 from goldilocks.columnar import Tally
-from goldilocks.outputs import AtomicOutput, Output
+from goldilocks.outputs import AtomicOutput, Output, write_atomic
 from operators.checkpoint import (CheckpointError, check_policy, decode_state, describe_policy,
                                   encode_state, field, pack, unpack)
 
@@ -140,12 +140,13 @@ def _encode_tally(t: Tally) -> dict[str, Any]:
 
 def _decode_tally(obj: Any, names: list[str], where: str) -> Tally:
     try:
-        return Tally(names, *([int(v) for v in obj[k]] for k in _COUNTS),
-                     *({int(a): int(b) for a, b in obj[k]}
-                       for k in ("last_cti", "last_out", "per_file")),
-                     *(int(obj[k]) for k in ("records", "emitted_total", "ctis_total",
-                                             "late_total", "adjusted_total")),
-                     None if obj["final"] is None else int(obj["final"]))
+        counts: dict[str, Any] = {k: [int(v) for v in obj[k]] for k in _COUNTS}
+        for k in ("last_cti", "last_out", "per_file"):
+            counts[k] = {int(a): int(b) for a, b in obj[k]}
+        for k in ("records", "emitted_total", "ctis_total", "late_total", "adjusted_total"):
+            counts[k] = int(obj[k])
+        return Tally(names, final=None if obj["final"] is None else int(obj["final"]),
+                     **counts)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where}: malformed counts: {err!r}") from None
 
@@ -310,15 +311,7 @@ class ReplayCheckpoint:
                            "state": encode_state(self.policy, state),  # type: ignore[arg-type]
                            "counts": _encode_tally(tally), "lengths": lengths,
                            "complete": complete, "skipped": dict(skipped or {})})
-        out = AtomicOutput(self.path, "checkpoint")
-        try:
-            out.file.write(data)
-            out.file.flush()
-            os.fsync(out.file.fileno())
-        except BaseException:
-            out.discard()
-            raise
-        out.commit()  # the checkpoint is replaced whole, atomically
+        write_atomic(self.path, data)  # the checkpoint is replaced whole, atomically
         if self.on_checkpoint is not None:
             self.on_checkpoint(data)
 

@@ -75,6 +75,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-after", default=None, metavar="DURATION",
                    help="a device quiet this long while holding credit is idle and holds "
                         "no one back (default: 1s with --max-drift, else off)")
+    p.add_argument("--checkpoint", default=None, metavar="FILE",
+                   help="restore the union from FILE at start if it exists; write it at "
+                        "shutdown (and with --checkpoint-every); the output then ends "
+                        "without the CTI at +inf: time continues at the next start "
+                        "(docs/checkpoint.md)")
+    p.add_argument("--checkpoint-every", default=None, metavar="DURATION",
+                   help="also write the checkpoint this often (e.g. 30s)")
 
 
 def _seconds(text: str, what: str) -> float:
@@ -127,6 +134,15 @@ async def _serve(args: argparse.Namespace) -> int:
     ws = _address(args.listen, "--listen")
     tcp = _address(args.tcp, "--tcp") if args.tcp else None
     shutdown = _seconds(args.shutdown_timeout, "--shutdown-timeout")
+    every = None
+    if args.checkpoint_every is not None:
+        if args.checkpoint is None:
+            raise UsageError("--checkpoint-every", "goes with --checkpoint FILE")
+        every = _seconds(args.checkpoint_every, "--checkpoint-every")
+    if args.checkpoint is not None:
+        from goldilocks.outputs import check_outputs
+
+        check_outputs([args.token_file], {"--checkpoint": args.checkpoint})
     server = Server(_policy(args), tokens=load_tokens(args.token_file),
                     idle_timeout=_seconds(args.idle_timeout, "--idle-timeout"),
                     setup_timeout=_seconds(args.setup_timeout, "--setup-timeout"),
@@ -135,8 +151,16 @@ async def _serve(args: argparse.Namespace) -> int:
                     part_events=args.part_events,
                     part_seconds=_seconds(args.part_seconds, "--part-seconds"),
                     max_drift=_duration_or_none(args.max_drift, "--max-drift", zero=True),
-                    idle_after=_duration_or_none(args.idle_after, "--idle-after"))
+                    idle_after=_duration_or_none(args.idle_after, "--idle-after"),
+                    checkpoint=args.checkpoint, checkpoint_every=every,
+                    final_cti=args.checkpoint is None)
     await server.start(ws=ws, tcp=tcp)
+    if server.restored:
+        union = server.union
+        assert union is not None
+        print(f"serve: restored from {args.checkpoint}: {len(union.detached())} devices to "
+              f"re-attach, output CTI {union.stats().output_cti}", file=sys.stderr,
+              flush=True)
     for url in (server.ws_url, server.tcp_url):
         if url:
             print(f"listening on {url}", flush=True)
@@ -153,7 +177,10 @@ async def _serve(args: argparse.Namespace) -> int:
           f"{sum(n for _, n in s.protocol_errors)} protocol errors); "
           f"{s.events_received} events received, {s.events_refused} refused; "
           f"{u.emitted} emitted, {u.dropped} late dropped, {u.adjusted} adjusted, "
-          f"{s.output_ctis} CTIs; {len(u.inputs)} inputs", file=sys.stderr, flush=True)
+          f"{s.output_ctis} CTIs; {len(u.inputs)} inputs"
+          + (f"; {s.checkpoints} checkpoints written to {args.checkpoint}"
+             + (f" ({s.checkpoint_misses} missed)" if s.checkpoint_misses else "")
+             if args.checkpoint else ""), file=sys.stderr, flush=True)
     if not ended:
         print(f"serve: the output had not ended {args.shutdown_timeout} after the signal; "
               "subscribers still behind were cut off and the last file part may lack "

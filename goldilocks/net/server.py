@@ -33,6 +33,7 @@ counters. docs/protocol.md, "Bounds", gives the figures.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,8 @@ from goldilocks.net.output import OutputStream, ServerOutput
 from goldilocks.net.protocol import DEFAULT_MAX_FRAME, MAX_SETUP_FRAME, encode_error
 from goldilocks.net.session import Session, Venue
 from goldilocks.net.transport import WS_LOGGER, TcpTransport, Transport, WebSocketTransport
+from goldilocks.outputs import write_atomic
+from operators.checkpoint import CheckpointError
 from operators.union import Union, UnionStats
 
 __all__ = ["Server", "ServerStats", "READER_LIMIT"]
@@ -90,6 +93,8 @@ class ServerStats:
     max_pending: int = 0       # ... and their bound; the oldest is let go for a new one
     setup_evictions: int = 0   # connections in setup let go for a newer one
     outbox_bytes: int = 0      # the bound on each connection's outgoing queue (bytes)
+    checkpoints: int = 0       # checkpoints written (TS §8.1) ...
+    checkpoint_misses: int = 0  # ... and times the union had no cut to offer in time
 
     def errors(self, code: str) -> int:
         return dict(self.protocol_errors).get(code, 0)
@@ -119,7 +124,8 @@ class Server(PublisherBase):
                  final_cti: bool = True, setup_timeout: float = 5.0, max_pending: int = 256,
                  outbox_bytes: int = 256 * 1024, min_credit: int = 1,
                  max_drift: object = None, idle_after: object = None,
-                 name: str = "server") -> None:
+                 checkpoint: str | os.PathLike | None = None,
+                 checkpoint_every: float | None = None, name: str = "server") -> None:
         tokens = [t for t in (tokens or ()) if t]
         if not tokens or not all(isinstance(t, str) for t in tokens):
             raise InputError(f"{name}: tokens must be a non-empty list of non-empty strings; "
@@ -153,6 +159,15 @@ class Server(PublisherBase):
         self.max_drift = max_drift    # alignment through demand (TS §4.6): a device ahead
         self.idle_after = idle_after  # gets credit later; idleness (TS §4.7)
         self.name = name
+        if checkpoint_every is not None and (checkpoint is None or not checkpoint_every > 0):
+            raise InputError(f"{name}: checkpoint_every={checkpoint_every!r}; expected a "
+                             "positive number of seconds, with a checkpoint file")
+        self.checkpoint = None if checkpoint is None else os.fspath(checkpoint)
+        self.checkpoint_every = checkpoint_every
+        self.restored = False          # start() continued from the checkpoint file
+        self.checkpoints = 0           # checkpoints written
+        self.checkpoint_misses = 0     # times the union had no cut to offer within a second
+        self._saver: asyncio.Task[None] | None = None
         self.admission = Admission(tokens, max_connections=max_connections,
                                    max_pending=max_pending, setup_timeout=self.setup_timeout)
         self.union: Union | None = None         # built by start()
@@ -178,11 +193,17 @@ class Server(PublisherBase):
             raise InputError(f"{self.name}: nothing to listen on; expected ws=(host, port) "
                              "and/or tcp=(host, port)")
         executor = LoopExecutor(asyncio.get_running_loop())
-        union = self.union = Union(self.policy, prefetch=self.prefetch,
-                                   max_buffered=self.max_buffered, final_cti=self.final_cti,
-                                   executor=executor, min_credit=self.min_credit,
-                                   max_drift=self.max_drift, idle_after=self.idle_after,
-                                   name=self.name)
+        config: dict[str, Any] = dict(prefetch=self.prefetch, max_buffered=self.max_buffered,
+                      final_cti=self.final_cti, executor=executor, min_credit=self.min_credit,
+                      max_drift=self.max_drift, idle_after=self.idle_after, name=self.name)
+        if self.checkpoint is not None and os.path.exists(self.checkpoint):
+            with open(self.checkpoint, "rb") as f:
+                data = f.read()
+            # TS §8.1: devices re-attach by name as they publish again (union.add)
+            union = self.union = Union.restore(data, policy=self.policy, **config)
+            self.restored = True
+        else:
+            union = self.union = Union(self.policy, **config)
         output = self.output = ServerOutput(self.output_capacity, executor=executor,
                                             name=self.name)
         assert output.batch is not None
@@ -214,7 +235,38 @@ class Server(PublisherBase):
                                                       limit=READER_LIMIT)
             self._listeners.append(tcp_listener)
             self.tcp_address = tcp_listener.sockets[0].getsockname()[:2]
+        if self.checkpoint_every is not None:
+            self._saver = asyncio.create_task(self._save_every(self.checkpoint_every))
         return self
+
+    # ---------------------------------------------------------------- checkpoints
+    async def save_checkpoint(self, timeout: float = 1.0) -> bool:
+        """Write the union's checkpoint to the checkpoint file (atomically, durably). The
+        union offers a cut between arrivals once what it has taken is merged: tried as the
+        loop turns for up to ``timeout`` s; False (counted in ``checkpoint_misses``, the file
+        left as it was) if it had none."""
+        union = self.union
+        if self.checkpoint is None or union is None:
+            raise ClosedError(f"{self.name}: no checkpoint file, or not started")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                data = union.checkpoint()
+                break
+            except CheckpointError:
+                if loop.time() >= deadline:
+                    self.checkpoint_misses += 1
+                    return False
+                await asyncio.sleep(0.002)
+        await asyncio.to_thread(write_atomic, self.checkpoint, data)
+        self.checkpoints += 1
+        return True
+
+    async def _save_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            await self.save_checkpoint()
 
     @property
     def ws_url(self) -> str | None:
@@ -255,6 +307,12 @@ class Server(PublisherBase):
             if stream.handle is not None:
                 stream.handle.remove()
         ended = True
+        if self._saver is not None:
+            self._saver.cancel()
+            await asyncio.gather(self._saver, return_exceptions=True)
+        if self.checkpoint is not None and self.union is not None:
+            # TS §8.1: once the devices' leaves are merged, before the union closes
+            await self.save_checkpoint(timeout)
         if self.union is not None:
             self.union.close()
             ended = await bounded(self._until(self._output_ended), timeout)
@@ -363,7 +421,8 @@ class Server(PublisherBase):
             output_capacity=self.output_capacity,
             files=self.sink.stats() if self.sink is not None else None,
             pending=len(admission.pending), max_pending=self.max_pending,
-            setup_evictions=admission.evictions, outbox_bytes=self.outbox_bytes)
+            setup_evictions=admission.evictions, outbox_bytes=self.outbox_bytes,
+            checkpoints=self.checkpoints, checkpoint_misses=self.checkpoint_misses)
 
     def __repr__(self) -> str:
         return f"Server({self.policy!r}, ws={self.ws_url}, tcp={self.tcp_url})"
