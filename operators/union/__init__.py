@@ -11,6 +11,9 @@
     a.remove(); b.complete(); union.close()    # completes when closed and all inputs left
 
     # the batch path: arrivals in, lists out (same events, same order, less per event)
+    data = union.checkpoint()                  # bytes: the state at a cut (docs/checkpoint.md)
+    again = Union.restore(data, policy=goldilocks("5m")); again.open_input("B")  # re-attached
+
     b.try_send_many(events); b.send_many_blocking(events, timeout=1.0)
     union.feed_columns(emitters, events)
     union.feed_events(named)                   # each event's source names its input
@@ -52,6 +55,7 @@ One job per module, each importing only those before it:
 - ``align``: alignment through demand and idleness (``max_drift``, ``idle_after``, TS §4.6,
   §4.7): which inputs get no new credit for being ahead, which are idle;
 - ``ways_in``: recorded arrivals in blocks (``feed``, ``feed_columns``, ``feed_events``);
+- ``checkpoint``: ``checkpoint()`` and ``restore()`` (TS §8.1, §8.2, ``docs/checkpoint.md``);
 - ``publisher``: ``Union`` itself (lifecycle, subscribe) and ``UnionBatches``.
 """
 

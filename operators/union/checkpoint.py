@@ -24,24 +24,26 @@ name=…)`` or ``open_input(name)`` — which continues its counts.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from collections.abc import Callable
+from typing import Any, Mapping, cast
 
 from engine.policy import Policy
 from operators.checkpoint import (CheckpointError, RestoredError, check_policy, decode_event,
                                   decode_late, decode_state, describe_policy, encode_event,
                                   encode_late, encode_state, field, pack, unpack)
+from operators.late import LateOutput
 from operators.reorder_buffer import ReorderBuffer
 from operators.union.inputs import Input, Intake
-from operators.union.merge import Output
+from operators.union.merge import Merge, Output
 from operators.windows import Windows
 
-if TYPE_CHECKING:
-    from operators.union.publisher import Union
-
-__all__ = ["take", "restore", "KIND"]
+__all__ = ["take", "read", "Saved", "KIND", "CONFIG"]
 
 #: the ``kind`` of a union's checkpoint
 KIND = "union"
+#: the union's keywords a checkpoint records (and restore uses unless told otherwise)
+CONFIG = ("name", "prefetch", "max_buffered", "late_capacity", "fail_on_input_error",
+          "final_cti", "keep_departed", "min_credit", "max_drift", "idle_after")
 
 _STAGES: dict[str, type] = {"windows": Windows, "reorder": ReorderBuffer}
 
@@ -57,15 +59,15 @@ def _stage_type(stage: Any, name: str) -> str:
                     "Windows or a ReorderBuffer")
 
 
-def take(union: Union, stages: Mapping[str, Any]) -> bytes:
-    """``union.checkpoint(stages=…)``: see the module docstring."""
-    kinds = {name: _stage_type(stage, name) for name, stage in stages.items()}
-    intake = union._intake
-    merge = union._merge
+def take(name: str, config: dict[str, Any], policy: Policy, intake: Intake, merge: Merge,
+         late: LateOutput, stages: Mapping[str, Any]) -> bytes:
+    """``Union.checkpoint(stages=…)`` of the union ``name`` whose keywords are ``config``:
+    see the module docstring."""
+    kinds = {key: _stage_type(stage, key) for key, stage in stages.items()}
     output = cast("Output | None", intake.output)  # the union's one output (merge.Output)
     if output is not None and not output.hold():
         raise CheckpointError(
-            f"checkpoint: {union.name} is merging on another thread, or checkpoint() was "
+            f"checkpoint: {name} is merging on another thread, or checkpoint() was "
             "called from inside its subscriber's on_next; call it between sends (or once "
             "the subscriber has returned)")
     try:
@@ -77,17 +79,17 @@ def take(union: Union, stages: Mapping[str, Any]) -> bytes:
         try:
             with intake.lock:
                 if intake.error is not None:
-                    raise CheckpointError(f"checkpoint: {union.name} failed "
+                    raise CheckpointError(f"checkpoint: {name} failed "
                                           f"({intake.error!r}); there is nothing to continue")
                 if merge.queue:
                     why = ("waiting for a subscriber to merge them" if output is None else
                            f"behind {len(merge.pending)} merged events waiting for demand")
                     raise CheckpointError(
                         f"checkpoint: {len(merge.queue)} arrivals are queued in "
-                        f"{union.name}, {why}; take the checkpoint once they are merged")
-                body = _body(union, intake)
-                body["stages"] = {name: {"type": kinds[name], "state": stage.snapshot()}
-                                  for name, stage in stages.items()}
+                        f"{name}, {why}; take the checkpoint once they are merged")
+                body = _body(config, policy, intake, merge, late)
+                body["stages"] = {key: {"type": kinds[key], "state": stage.snapshot()}
+                                  for key, stage in stages.items()}
         finally:
             for inp in inputs:
                 inp.gate.release()
@@ -97,20 +99,15 @@ def take(union: Union, stages: Mapping[str, Any]) -> bytes:
     return pack(KIND, body)
 
 
-def _body(union: Union, intake: Intake) -> dict[str, Any]:
-    merge = union._merge
+def _body(config: dict[str, Any], policy: Policy, intake: Intake, merge: Merge,
+          late: LateOutput) -> dict[str, Any]:
     history = list(intake.history.values())
     at = {id(inp): i for i, inp in enumerate(history)}
-    records, total, peak, overflow = union.late.snapshot()
+    records, total, peak, overflow = late.snapshot()
     return {
-        "union": {"name": union.name, "prefetch": union.prefetch,
-                  "max_buffered": union.max_buffered, "late_capacity": union.late.capacity,
-                  "fail_on_input_error": union.fail_on_input_error,
-                  "final_cti": union.final_cti, "keep_departed": union.keep_departed,
-                  "min_credit": union.min_credit, "max_drift": union.max_drift,
-                  "idle_after": union.idle_after},
-        "policy": describe_policy(union.policy),
-        "state": encode_state(union.policy, merge.state),
+        "union": config,
+        "policy": describe_policy(policy),
+        "state": encode_state(policy, merge.state),
         "merge": {"output_cti": merge.output_cti, "cti_before_final": merge.cti_before_final,
                   "ctis": merge.ctis, "final_sent": merge.final_sent,
                   "pending": [encode_event(e) for e in merge.pending]},
@@ -135,10 +132,19 @@ def _input(inp: Input) -> dict[str, Any]:
 
 # -- restore ----------------------------------------------------------------------------------
 
-def restore(cls: type[Union], data: bytes, policy: Policy, stages: Mapping[str, Any],
-            options: dict[str, Any]) -> Union:
-    """``Union.restore(data, policy=…, stages=…, **options)``: see the module docstring.
-    Everything is read and checked before anything is built or loaded (TS §8.2)."""
+class Saved:
+    """A union's checkpoint, read and checked (``read``): ``config``, the keywords of the
+    union it came from; ``apply`` puts the rest into a new union's parts."""
+
+    def __init__(self, config: dict[str, Any], apply: Callable[[Intake, Merge, LateOutput],
+                                                                dict[str, Input]]) -> None:
+        self.config = config
+        self.apply = apply
+
+
+def read(data: bytes, policy: Policy, stages: Mapping[str, Any]) -> Saved:
+    """``Union.restore(data, policy=…, stages=…)``'s first half: everything is read and
+    checked before anything is built or loaded (TS §8.2)."""
     where = "checkpoint"
     body = unpack(data, KIND, where)
     check_policy(policy, body.get("policy"), where)
@@ -169,36 +175,42 @@ def restore(cls: type[Union], data: bytes, policy: Policy, stages: Mapping[str, 
         if not isinstance(entry, dict) or entry.get("type") != _stage_type(stage, name):
             raise CheckpointError(f"{where}: stage {name!r} was a {entry.get('type')!r}, "
                                   f"restored into a {type(stage).__name__}")
-    kwargs = {k: config[k] for k in ("name", "prefetch", "max_buffered", "late_capacity",
-                                     "fail_on_input_error", "final_cti", "keep_departed",
-                                     "min_credit", "max_drift", "idle_after") if k in config}
-    kwargs.update(options)
-    union = cls(policy, **kwargs)
-    if len(records) > union.late.capacity:
-        raise CheckpointError(f"{where}: {len(records)} late records waiting, more than "
-                              f"late_capacity={union.late.capacity}")
-    _load_stages(stages, saved, where)
-    merge = union._merge
-    merge.state = state
-    merge.output_cti, merge.cti_before_final = m.get("output_cti"), m.get("cti_before_final")
-    merge.ctis, merge.final_sent = int(m.get("ctis", 0)), bool(m.get("final_sent"))
-    merge.pending.extend(pending)
-    union.late.load(records, *late_counts)
-    intake = union._intake
+    kwargs = {k: config[k] for k in CONFIG if k in config}
+
+    def apply(intake: Intake, merge: Merge, late: LateOutput) -> dict[str, Input]:
+        """Load the stages and fill a new union's parts; the restored active inputs, by
+        name, are returned (detached: TS §8.1)."""
+        if len(records) > late.capacity:
+            raise CheckpointError(f"{where}: {len(records)} late records waiting, more than "
+                                  f"late_capacity={late.capacity}")
+        _load_stages(stages, saved, where)
+        merge.state = state
+        merge.output_cti = m.get("output_cti")
+        merge.cti_before_final = m.get("cti_before_final")
+        merge.ctis, merge.final_sent = int(m.get("ctis", 0)), bool(m.get("final_sent"))
+        merge.pending.extend(pending)
+        late.load(records, *late_counts)
+        return _fill(intake, i, inputs, departed)
+    return Saved(kwargs, apply)
+
+
+def _fill(intake: Intake, i: dict[str, Any], inputs: list[dict[str, Any]],
+          departed: list[int]) -> dict[str, Input]:
     intake.closed = bool(i.get("closed"))
     intake.added, intake.forgotten = int(i.get("added", 0)), int(i.get("forgotten", 0))
     totals = i.get("totals", [0, 0, 0, 0])
     intake.forgotten_totals = (int(totals[0]), int(totals[1]), int(totals[2]), int(totals[3]))
     intake.peak, intake.rotate = int(i.get("peak", 0)), int(i.get("rotate", 0))
     made = [_make_input(intake, row) for row in inputs]
+    detached = {}
     for inp in made:
         intake.history[id(inp)] = inp
         if not inp.left:
             intake.active[inp.name] = inp
             intake.inputs[id(inp)] = inp
-            union._detached[inp.name] = inp
+            detached[inp.name] = inp
     intake.departed = deque(made[k] for k in departed)
-    return union
+    return detached
 
 
 def _load_stages(stages: Mapping[str, Any], saved: dict[str, Any], where: str) -> None:

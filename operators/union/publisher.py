@@ -143,7 +143,14 @@ class Union(PublisherBase):
         (``CheckpointError``), since they are part of no cut. See
         ``operators.union.checkpoint``.
         """
-        return checkpoint.take(self, stages or {})
+        config = {"name": self.name, "prefetch": self.prefetch,
+                  "max_buffered": self.max_buffered, "late_capacity": self.late.capacity,
+                  "fail_on_input_error": self.fail_on_input_error,
+                  "final_cti": self.final_cti, "keep_departed": self.keep_departed,
+                  "min_credit": self.min_credit, "max_drift": self.max_drift,
+                  "idle_after": self.idle_after}
+        return checkpoint.take(self.name, config, self.policy, self._intake, self._merge,
+                               self.late, stages or {})
 
     @classmethod
     def restore(cls, data: bytes, *, policy: Policy,
@@ -157,7 +164,10 @@ class Union(PublisherBase):
         ones into. A checkpoint that is not one, of a newer format, truncated, corrupted or
         made under another policy raises ``CheckpointError`` and nothing is changed (TS
         §8.2)."""
-        return checkpoint.restore(cls, data, policy, stages or {}, options)
+        saved = checkpoint.read(data, policy, stages or {})
+        union = cls(policy, **{**saved.config, **options})
+        union._detached = saved.apply(union._intake, union._merge, union.late)
+        return union
 
     def detached(self) -> tuple[str, ...]:
         """The restored inputs not yet re-attached (TS §8.1), by name."""
