@@ -658,15 +658,29 @@ class WindowOperator(TemporalOperator):
         super().__init__(name, self._make_step, late=late, prefetch=prefetch)
         self._make = make
         self._latest: Windows | None = None
+        self._restored: Windows | None = None  # loaded from a checkpoint, for the next run
 
     def _make_step(self) -> Callable[[Event], tuple]:
-        windows = self._latest = self._make()
+        windows = self._restored or self._make()
+        self._latest, self._restored = windows, None
         late = self.late
         step = windows.step
 
         def run(event: Event) -> tuple:
             return split_late(late, step(event))  # TS §6.2, §3.3
         return run
+
+    def snapshot(self) -> dict[str, Any]:
+        """The window state of the latest subscription (empty before the first), for a
+        checkpoint (``Windows.snapshot``, TS §8.1)."""
+        return (self._latest if self._latest is not None else self._make()).snapshot()
+
+    def load(self, obj: Any, where: str = "checkpoint: windows") -> None:
+        """The next subscription starts from the state ``snapshot`` wrote (checked as
+        ``Windows.load`` checks it; nothing changed if it is refused)."""
+        windows = self._make()
+        windows.load(obj, where)
+        self._restored = windows
 
     def stats(self) -> WindowStats | None:
         """The windows of the latest subscription, or ``None`` before the first."""

@@ -35,7 +35,7 @@ from operators.late import LateOutput
 from operators.reorder_buffer import ReorderBuffer
 from operators.union.inputs import Input, Intake
 from operators.union.merge import Merge, Output
-from operators.windows import Windows
+from operators.windows import WindowOperator, Windows
 
 __all__ = ["take", "read", "Saved", "KIND", "CONFIG"]
 
@@ -45,18 +45,19 @@ KIND = "union"
 CONFIG = ("name", "prefetch", "max_buffered", "late_capacity", "fail_on_input_error",
           "final_cti", "keep_departed", "min_credit", "max_drift", "idle_after")
 
-_STAGES: dict[str, type] = {"windows": Windows, "reorder": ReorderBuffer}
+_STAGES: dict[str, tuple[type, ...]] = {"windows": (Windows, WindowOperator),
+                                         "reorder": (ReorderBuffer,)}
 
 _INPUT_INTS = ("received", "emitted", "dropped", "adjusted", "ctis", "peak", "prefetch",
                "discarded", "idles", "pauses")
 
 
 def _stage_type(stage: Any, name: str) -> str:
-    for kind, cls in _STAGES.items():
-        if isinstance(stage, cls):
+    for kind, classes in _STAGES.items():
+        if isinstance(stage, classes):
             return kind
-    raise TypeError(f"checkpoint: stage {name!r} is a {type(stage).__name__}; expected a "
-                    "Windows or a ReorderBuffer")
+    raise TypeError(f"checkpoint: stage {name!r} is a {type(stage).__name__}; expected "
+                    "Windows, a window operator (tumbling, hopping) or a ReorderBuffer")
 
 
 def take(name: str, config: dict[str, Any], policy: Policy, intake: Intake, merge: Merge,

@@ -395,3 +395,41 @@ def test_checkpoints_taken_while_threads_send_are_cuts():
     final = union.stats()
     assert final.received == final.emitted + final.dropped == 3 * (per - per // 10)
     assert taken >= 1, (taken, refused)
+
+
+def test_a_window_operator_downstream_continues_from_the_checkpoint():
+    """union → tumbling(…) as a pipe: the operator's windows are saved with the union, and a
+    new pipeline built on the restored union continues them (inline: between sends, the
+    operator has taken everything the union handed on)."""
+    from engine import CallbackSubscriber, pipe
+    from operators import tumbling
+
+    arrivals = [("A", Event.point(t, {"v": float(t)}, source="A")) if t % 3 else
+                ("B", Event.cti(t, source="B")) for t in range(1, 40)]
+
+    def pipeline(union, op):
+        got: list = []
+        pipe(union, op).subscribe(CallbackSubscriber(got.append))
+        return got
+
+    union = Union(goldilocks(0))
+    op = tumbling(5, "sum:v")
+    whole = pipeline(union, op)
+    ems = {n: union.open_input(n) for n in "AB"}
+    for name, e in arrivals:
+        ems[name].try_send(e)
+    for cut in (1, 10, 25):
+        union = Union(goldilocks(0))
+        op = tumbling(5, "sum:v")
+        got = pipeline(union, op)
+        ems = {n: union.open_input(n) for n in "AB"}
+        for name, e in arrivals[:cut]:
+            ems[name].try_send(e)
+        data = union.checkpoint(stages={"w": op})
+        union = Union.restore(data, policy=goldilocks(0),
+                              stages={"w": (op := tumbling(5, "sum:v"))})
+        more = pipeline(union, op)
+        ems = {n: union.open_input(n) for n in "AB"}
+        for name, e in arrivals[cut:]:
+            ems[name].try_send(e)
+        assert got + more == whole, cut
