@@ -39,7 +39,9 @@ class Clock(Protocol):
 
 class WallClock:
     """The machine's monotonic clock (``time.monotonic_ns``); ``call_at`` starts a daemon
-    timer thread for each call that is not yet due."""
+    timer thread for each call, one already due included: a caller may hold a lock that
+    ``fn`` takes (the union schedules its idleness alarm under its intake lock), and on this
+    clock time can pass a due time between the caller's reading and the call."""
 
     __slots__ = ()
 
@@ -48,10 +50,7 @@ class WallClock:
 
     def call_at(self, t: int, fn: Callable[[], None]) -> None:
         wait = (t - time.monotonic_ns()) / 1e9
-        if wait <= 0:
-            fn()
-            return
-        timer = threading.Timer(wait, fn)
+        timer = threading.Timer(max(wait, 0.0), fn)  # never on the caller's stack
         timer.daemon = True
         timer.start()
 
