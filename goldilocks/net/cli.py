@@ -152,8 +152,7 @@ async def _serve(args: argparse.Namespace) -> int:
                     part_seconds=_seconds(args.part_seconds, "--part-seconds"),
                     max_drift=_duration_or_none(args.max_drift, "--max-drift", zero=True),
                     idle_after=_duration_or_none(args.idle_after, "--idle-after"),
-                    checkpoint=args.checkpoint, checkpoint_every=every,
-                    final_cti=args.checkpoint is None)
+                    checkpoint=args.checkpoint, checkpoint_every=every)
     await server.start(ws=ws, tcp=tcp)
     if server.restored:
         union = server.union

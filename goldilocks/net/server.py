@@ -112,6 +112,10 @@ class Server(PublisherBase):
     default) fit in it, so a device encodes and sends its next frames while the server merges
     the last; a credit of one frame would make each frame wait a round trip.
 
+    ``checkpoint``: a file the union is restored from at ``start`` if it exists, and
+    written to every ``checkpoint_every`` seconds and at ``close`` (``docs/checkpoint.md``);
+    ``final_cti`` (the output ends with a CTI at +inf) is then False unless given.
+
     Once started: ``union`` (the ``Union``), ``output`` (its one subscriber, the
     ``ServerOutput`` every subscriber joins), ``admission`` (tokens and connection slots).
     """
@@ -121,7 +125,8 @@ class Server(PublisherBase):
                  max_streams: int = 16, prefetch: int = 4096, max_buffered: int = 65_536,
                  output_capacity: int = 4096, out_dir: str | None = None,
                  part_events: int = 100_000, part_seconds: float | None = 60.0,
-                 final_cti: bool = True, setup_timeout: float = 5.0, max_pending: int = 256,
+                 final_cti: bool | None = None, setup_timeout: float = 5.0,
+                 max_pending: int = 256,
                  outbox_bytes: int = 256 * 1024, min_credit: int = 1,
                  max_drift: object = None, idle_after: object = None,
                  checkpoint: str | os.PathLike | None = None,
@@ -151,7 +156,8 @@ class Server(PublisherBase):
         self.out_dir = out_dir
         self.part_events = part_events
         self.part_seconds = part_seconds
-        self.final_cti = final_cti
+        # with a checkpoint, time continues at the next start: no CTI at +inf by default
+        self.final_cti = checkpoint is None if final_cti is None else final_cti
         self.setup_timeout = float(setup_timeout)
         self.max_pending = max_pending
         self.outbox_bytes = outbox_bytes

@@ -74,7 +74,8 @@ def take(name: str, config: dict[str, Any], policy: Policy, intake: Intake, merg
     try:
         if output is not None:
             output.settle()
-        inputs = sorted(intake.inputs.values(), key=id)
+        with intake.lock:  # an input added after this queues its join: refused below
+            inputs = sorted(intake.inputs.values(), key=id)
         for inp in inputs:  # no arrival while the state is read (lock order: gate, lock)
             inp.gate.acquire()
         try:
