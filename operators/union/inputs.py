@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.errors import ClosedError, InputError
 from engine.event import CTI, Event
-from engine.subscription import SubscriptionBase, refuse_subscription
+from engine.subscription import SerialUpstream, SubscriptionBase, refuse_subscription
 from engine.violations import report_violation
 from operators.union.align import Alignment
 
@@ -129,6 +129,11 @@ class Input:
         if self.subscription is not None:
             refuse_subscription(subscription, f"union input {self.name!r}")
             return
+        if not self.imperative:
+            # RS §2.7: credit is granted from whichever thread merges, another input's
+            # on_subscribe, remove() and the idle alarm; the publisher's subscription sees
+            # those calls one at a time (an emitter's own subscription is safe from any thread)
+            subscription = SerialUpstream(subscription)
         self.subscription = subscription
         if self.left:
             subscription.cancel()
