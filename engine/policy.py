@@ -22,6 +22,7 @@ from engine.event import CTI, Event, LateRecord
 
 __all__ = [
     "Policy",
+    "on_time_at_high",
     "Outputs",
     "LateEntry",
     "step_many",
@@ -93,6 +94,20 @@ class Policy(Protocol):
     # ``action`` is int8 per row (the codes above); ``cti`` is int64 per row, the CTI in force
     # after that row (``MIN_TIME`` while none was ever emitted). ``None`` means "this policy
     # has no columnar form" (its decisions depend on the source or on join/leave).
+
+
+def on_time_at_high(policy: Any) -> bool:
+    """Whether ``policy`` promises that an insert starting at or after ``state.high`` (any
+    insert while ``high`` is ``None``) steps to ``(state, (event,))`` — the same state, the
+    event emitted as is — so a caller may decide that case without calling ``step``.
+
+    A policy class makes the promise by naming the step it holds for:
+    ``on_time_at_high = step``. A subclass that overrides ``step`` without renewing it
+    breaks the identity checked here, and so makes no promise.
+    """
+    cls = type(policy)
+    promised = getattr(cls, "on_time_at_high", None)
+    return promised is not None and promised is getattr(cls, "step", None)
 
 
 def step_many(policy: Policy, state: Any, events: Any,

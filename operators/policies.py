@@ -111,6 +111,11 @@ class GoldilocksPolicy(PolicyBase):
             return HighState(d), (Event(CTI, d, None, None, None),)
         return state, _NONE
 
+    #: ``step`` keeps the promise ``engine.policy.on_time_at_high`` asks about: an insert
+    #: starting at or after ``state.high`` (any, while it is ``None``) gives
+    #: ``(state, (event,))``
+    on_time_at_high = step
+
     def step_many(self, state: HighState, events: Sequence[Event],
                   ) -> tuple[HighState, list[Event], list[LateEntry], list[Event]]:
         """``step`` over consecutive arrivals, in one loop: ``(state, emitted, late, ctis)``.

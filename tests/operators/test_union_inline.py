@@ -423,3 +423,33 @@ def test_after_cancel_the_fast_path_hands_on_nothing_more():
     assert emitter.try_send(Event.point(2))
     assert [e.start for e in checker.items] == [1]
     assert checker.subscription.is_done
+
+
+def test_only_a_step_that_makes_the_on_time_promise_is_skipped_on_the_fast_path():
+    """``goldilocks`` promises that an insert at or after its high mark is emitted as is with
+    the same state (``on_time_at_high``), so the fast path decides it without ``step``; a
+    subclass that overrides ``step`` makes no such promise, and its ``step`` is called."""
+    from engine.policy import on_time_at_high
+    from operators.policies import GoldilocksPolicy
+
+    calls: list[Event] = []
+
+    class Counting(GoldilocksPolicy):
+        __slots__ = ()
+
+        def step(self, state: Any, event: Event) -> Any:
+            calls.append(event)
+            return super().step(state, event)
+
+    base = goldilocks(DELAY)
+    counting = Counting(base.name, base.delay, base.on_late)
+    assert on_time_at_high(base) and not on_time_at_high(counting)
+    assert not on_time_at_high(min_policy())
+    union = Union(counting)
+    emitter = union.open_input("A")
+    checker = Checker(random.Random(0), initial=MAX_DEMAND, refill=())
+    union.subscribe(checker)
+    for t in (5, 6, 7):
+        assert emitter.try_send(Event.point(t, source="A"))
+    assert [e.start for e in calls] == [5, 6, 7]
+    assert [e.start for e in checker.items] == [5, 6, 7] and checker.problems == []
