@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -69,7 +70,8 @@ class Input:
     ``received``, ``peak``, ``discarded``, ``sends``; the merge, on its drain: ``processed``,
     ``emitted``, ``dropped``, ``adjusted``, ``ctis``, ``last_cti``; credit granting, under the
     intake's lock: ``requested``, ``low_water``; leaving, under ``gate`` and the lock:
-    ``left``, ``state``, ``error``. An emitter's senders wait on ``credit_cond`` (threads) and
+    ``left``, ``state``, ``error`` (``left`` and the credit taken back under the output's lock
+    as well: the fast path counts an arrival under that lock alone). An emitter's senders wait on ``credit_cond`` (threads) and
     ``waiters`` (asyncio futures), which ``wake_senders`` wakes.
     """
 
@@ -356,13 +358,17 @@ class Intake:
 
     def leave(self, inp: Input, state: str, error: BaseException | None) -> None:
         """``inp`` sends no more: its leave marker is queued behind what it sent."""
-        with inp.gate, self.lock:  # lock order: an input's gate, then the intake's lock
-            if inp.left:
-                return
-            inp.left = True
+        # lock order: an input's gate, the intake's lock, the output's (the fast path counts
+        # an arrival under that one alone: Output.arrive_now)
+        with inp.gate, self.lock:
+            output = self.output
+            with nullcontext() if output is None else output.lock:  # type: ignore[attr-defined]
+                if inp.left:
+                    return
+                inp.left = True
+                inp.requested = inp.received  # unused credit returns to the pool
             inp.state = state
             inp.error = error
-            inp.requested = inp.received  # unused credit returns to the pool
             del self.active[inp.name]
             self.queue.append((inp, LEAVE))  # the policy sees the leave in arrival order
         inp.wake_senders()

@@ -320,18 +320,21 @@ class Output(SubscriptionBase):
         Allowed when the caller can be the drain: the merge runs inline (``executor=None``,
         one element per ``on_next``) and no task runs on this thread's trampoline (the caller
         is not inside another drain, so the subscriber is called at depth 1, RS §3.3); nothing
-        is queued or pending (arrival order, TS §4.1); and no drain runs — the drain is
-        claimed as ``signal`` claims it, by moving the work counter from 0 to 1, so signals
-        stay serial (RS §1.3). Once claimed, the event is merged exactly as the loop below
-        merges it (``Input.accept``, the policy's ``step``, ``Merge.account``, credit) and an
-        on-time insert goes to ``on_next`` if there is demand for it (RS §1.1). Anything
-        else — the subscriber not started, ended or without demand, a CTI, what a step puts
-        in ``pending``, a failing policy (RS §1.4) or subscriber (RS §2.13), a request,
-        cancel or arrival meanwhile — is left to a full drain turn, run here before
+        is queued or pending (arrival order, TS §4.1); the subscriber has started, has not
+        ended and has demand (RS §1.1); the input has not left and holds credit; and no drain
+        runs. All of that is decided under one lock, the one ``signal`` claims the drain
+        under: the work counter goes from 0 to 1 (signals stay serial, RS §1.3) and the
+        arrival is counted (``Input.accept``'s count) in the same hold; ``Intake.leave``
+        takes that lock too, so the count is before the input left or not at all. Once
+        claimed, the event is merged as the loop below merges it (the policy's ``step``, or
+        no call where the policy promises the answer, ``on_time_at_high``; ``Merge.account``;
+        credit) and an on-time insert goes to ``on_next``. Anything else — a CTI, what a
+        step puts in ``pending``, a failing policy (RS §1.4) or subscriber (RS §2.13), a
+        request, cancel or arrival meanwhile — is left to a full drain turn, run here before
         returning with the counter still held, so it ends as the queued path would.
         """
-        if not self.inline:
-            return False
+        if not self.inline or event.__class__ is not Event:
+            return False  # not an Event: the queued path refuses it, naming the input
         try:
             trampoline = INLINE.local.trampoline
         except AttributeError:
@@ -340,47 +343,35 @@ class Output(SubscriptionBase):
         if trampoline.running or merge.queue or merge.pending:
             return False
         lock = self._lock
+        # One lock for the claim and the arrival: the drain is claimed as ``signal`` claims
+        # it, and the event counted against the input's credit as ``Input.accept`` counts it,
+        # ``Intake.leave`` taking this lock too (``Output.lock``), so an arrival is counted
+        # before the input left or not at all (RS §2.8) and never beyond credit (RS §1.1).
         lock.acquire()
-        if self._wip:  # a drain runs or is due: the event joins it through the queue
-            lock.release()
+        added = self._added
+        demand = self._demand + added
+        if (self._wip or demand <= 0 or self._done or self._cancelled or not self._started
+                or inp.left or inp.received >= inp.requested or merge.queue or merge.pending):
+            lock.release()  # a drain runs or is due, no demand, the input left: queued
             return False
         self._wip = 1  # the drain is ours (RS §1.3)
-        added = self._added
-        self._added = 0
+        if added:
+            self._added = 0
+            self._demand = demand = demand if demand < MAX_DEMAND else MAX_DEMAND  # RS §3.17
+        received = inp.received = inp.received + 1
         lock.release()
         trampoline.running = True  # drains scheduled from on_next run after ours, not inside
         held = True  # the counter is ours until released below or handed to a drain turn
         try:
-            demand = self._demand
-            if added:
-                demand += added
-                self._demand = demand = demand if demand < MAX_DEMAND else MAX_DEMAND  # RS §3.17
-            if (self._done or self._cancelled or not self._started or demand <= 0
-                    or merge.queue or merge.pending):
-                inp.on_next(event)  # queued as usual (RS §1.1: no demand, no on_next)
-                held = False
-                self._drain()  # the turn merges what it can, or settles
-                return True
-            gate = inp.gate
-            gate.acquire()  # as Input.on_next: it arrived before the input left, or not at all
-            try:
-                if inp.left:
-                    inp.discarded += 1  # RS §2.8, as Input.on_next counts it
-                    item = None
-                elif (event.__class__ is Event and event.source == inp.name
-                      and not inp.tracking and inp.received < inp.requested):
-                    # Input.accept's common case, inline: credit held (RS §1.1), no renaming
-                    received = inp.received = inp.received + 1
-                    if received - inp.processed > inp.peak:
-                        inp.peak = received - inp.processed
-                    item = event
-                else:
-                    item = inp.accept(event)
-            finally:
-                gate.release()
-            if item is None or item.kind == CTI:
-                if item is not None:
-                    merge.queue.append((inp, item))  # a CTI takes the loop's way (TS §4.1)
+            if received - inp.processed > inp.peak:
+                inp.peak = received - inp.processed
+            if inp.tracking:
+                inp.saw(event)  # TS §4.6, §4.7
+            item = event
+            if event.source != inp.name:
+                item = Event(event.kind, event.start, event.end, event.payload, inp.name)
+            if item.kind == CTI:
+                merge.queue.append((inp, item))  # a CTI takes the loop's way (TS §4.1)
                 held = False
                 self._drain()
                 return True
@@ -457,6 +448,12 @@ class Output(SubscriptionBase):
     def let_go(self) -> None:
         """End a ``hold``: a drain turn takes the counter and whatever arrived meanwhile."""
         self._schedule()
+
+    @property
+    def lock(self) -> Any:
+        """The lock of the drain's claim, which ``arrive_now`` also counts an arrival under:
+        ``Intake.leave`` holds it while the input leaves."""
+        return self._lock
 
     def merge_into(self, on_next: Callable[[Any], None], limit: int, size: int) -> int:
         """The merge loop. Merges queued arrivals until an element of ``size`` events is due

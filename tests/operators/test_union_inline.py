@@ -453,3 +453,50 @@ def test_only_a_step_that_makes_the_on_time_promise_is_skipped_on_the_fast_path(
         assert emitter.try_send(Event.point(t, source="A"))
     assert [e.start for e in calls] == [5, 6, 7]
     assert [e.start for e in checker.items] == [5, 6, 7] and checker.problems == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_input_removed_on_another_thread_while_it_sends_is_never_counted_beyond_credit(
+        seed):
+    """``remove()`` takes back the input's unused credit (``requested = received``) while its
+    producer sends through the fast path on another thread: each arrival is counted before
+    the input left (merged) or not at all (discarded, RS §2.8), never beyond the credit
+    (RS §1.1), and every counted arrival is accounted for."""
+    _remove_while_sending(random.Random(SEED + seed))
+
+
+def _remove_while_sending(rng: random.Random) -> None:
+    for trial in range(40):
+        union = Union(goldilocks(DELAY), prefetch=rng.choice((2, 16, 256)))
+        checker = Checker(random.Random(trial), initial=MAX_DEMAND, refill=())
+        union.subscribe(checker)
+        emitter = union.open_input("A")
+        inp = emitter._input
+        started = threading.Event()
+        outcome: list[Any] = []
+
+        def produce() -> None:
+            t = 0
+            try:
+                while True:
+                    t += 1
+                    emitter.try_send(Event.point(t, source="A"))
+                    started.set()
+            except Exception as err:  # ClosedError once removed
+                outcome.append(err)
+            started.set()
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        assert started.wait(TIMEOUT)
+        for _ in range(rng.randint(0, 2000)):
+            pass  # a varying moment for the removal, on this thread
+        emitter.remove()
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+        assert outcome and type(outcome[0]).__name__ == "ClosedError"
+        assert inp.received <= inp.requested  # RS §1.1
+        stats = union.stats()
+        (a,) = stats.inputs
+        assert a.received == a.emitted + a.dropped and a.received == len(checker.items)
+        assert checker.problems == []
