@@ -85,3 +85,14 @@ def test_a_disagreeing_implementation_fails_loudly():
     check(concurrent, Counts(1, 2, 3), 4, Counts(0, 0, 0), 4)  # accounting holds
     with pytest.raises(CountMismatch, match="emitted"):
         check(concurrent, Counts(1, 2, 2), 4, Counts(0, 0, 0), 4)
+
+
+def test_the_per_event_ladder_runs_and_its_last_rung_counts_as_union_inline():
+    """``bench_perevent``: every rung runs over the workload (each checks every event went
+    through), and the last rung hands on as many inserts as the real ``union_inline``
+    (``ladder`` raises if not)."""
+    from benchmarks.bench_perevent import STEPS, ladder
+
+    results = ladder(N, rounds=1, warmup=0)
+    assert [name for name, _ in results][:len(STEPS)] == [name for name, _, _ in STEPS]
+    assert len(results) == len(STEPS) + 2 and all(ns > 0 for _, ns in results)
