@@ -86,6 +86,11 @@ class Policy(Protocol):
     # event by event; ``step_many`` (the function below) falls back to that loop for
     # policies without one.
     #
+    # Optional: ``on_time_at_high = step`` in the class promises that an insert starting at
+    # or after ``state.high`` (any insert while ``high`` is ``None``) steps to
+    # ``(state, (event,))``; the union's single-event fast path then decides that case
+    # without calling ``step`` (``on_time_at_high`` below checks the promise).
+    #
     # Optional: ``run_columns(is_cti, start, end, state=None) -> (action, cti, state) | None``
     # runs the policy over numpy columns of consecutive arrivals (inserts and CTIs only).
     # ``state`` is the same frozen state ``step`` uses, ``None`` meaning ``initial()``; the
