@@ -38,6 +38,7 @@ __all__ = [
     "insert_line",
     "cti_line",
     "late_line",
+    "reason_field",
     "iso_time",
     "insert_line_iso",
     "cti_line_iso",
@@ -93,12 +94,20 @@ def cti_line(t: int) -> bytes:
     return b'{"kind":"cti","start":%d}\n' % t
 
 
-def late_line(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
+def reason_field(reason: str | None) -> bytes:
+    """The late line's last field, ``,"reason":"…"`` (empty for a record without a reason:
+    such a line is byte for byte what it was before reasons were written)."""
+    return b"" if reason is None else b',"reason":' + _dumps(reason)
+
+
+def late_line(line: bytes, cti: int, action: str, adjusted_start: int | None,
+              reason: str | None = None) -> bytes:
     """A late-file line from the late event's canonical insert ``line``."""
     if adjusted_start is None:
-        return b'%b,"cti":%d,"action":"%b"}\n' % (line[:-2], cti, action.encode())
-    return b'%b,"cti":%d,"action":"%b","adjusted_start":%d}\n' % (
-        line[:-2], cti, action.encode(), adjusted_start)
+        return b'%b,"cti":%d,"action":"%b"%b}\n' % (line[:-2], cti, action.encode(),
+                                                     reason_field(reason))
+    return b'%b,"cti":%d,"action":"%b","adjusted_start":%d%b}\n' % (
+        line[:-2], cti, action.encode(), adjusted_start, reason_field(reason))
 
 
 # -- the same lines with RFC 3339 times (``time_format="iso"``) --------------------------
@@ -128,12 +137,15 @@ def cti_line_iso(t: int) -> bytes:
     return b'{"kind":"cti","start":%b}\n' % iso_time(t)
 
 
-def late_line_iso(line: bytes, cti: int, action: str, adjusted_start: int | None) -> bytes:
+def late_line_iso(line: bytes, cti: int, action: str, adjusted_start: int | None,
+                  reason: str | None = None) -> bytes:
     """``late_line`` with RFC 3339 times, from the late event's ``insert_line_iso``."""
     if adjusted_start is None:
-        return b'%b,"cti":%b,"action":"%b"}\n' % (line[:-2], iso_time(cti), action.encode())
-    return b'%b,"cti":%b,"action":"%b","adjusted_start":%b}\n' % (
-        line[:-2], iso_time(cti), action.encode(), iso_time(adjusted_start))
+        return b'%b,"cti":%b,"action":"%b"%b}\n' % (line[:-2], iso_time(cti), action.encode(),
+                                                     reason_field(reason))
+    return b'%b,"cti":%b,"action":"%b","adjusted_start":%b%b}\n' % (
+        line[:-2], iso_time(cti), action.encode(), iso_time(adjusted_start),
+        reason_field(reason))
 
 
 def encode_event(event: Event) -> bytes:
@@ -148,12 +160,12 @@ def encode_event(event: Event) -> bytes:
 
 def encode_late(record: LateRecord, time_format: str = "ns") -> bytes:
     """One late-file line for a ``LateRecord`` (an insert line plus cti, action,
-    adjusted_start); ``time_format="iso"``: with RFC 3339 times."""
+    adjusted_start, reason); ``time_format="iso"``: with RFC 3339 times."""
     ev = record.event
     end = ev.end if ev.kind == INTERVAL else None
     adjusted = record.adjusted.start if record.adjusted is not None else None
     if time_format == "iso":
         line = insert_line_iso(insert_prefix(record.input), ev.start, end, ev.payload)
-        return late_line_iso(line, record.cti, record.action, adjusted)
+        return late_line_iso(line, record.cti, record.action, adjusted, record.reason)
     line = insert_line(insert_prefix(record.input), ev.start, end, ev.payload)
-    return late_line(line, record.cti, record.action, adjusted)
+    return late_line(line, record.cti, record.action, adjusted, record.reason)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from eventlog.columns import RawLines
+from eventlog.format import reason_field
 
 __all__ = ["decimals", "iso_times", "texts", "late_text", "insert_lines"]
 
@@ -228,19 +229,27 @@ def insert_lines(prefixes: Sequence[bytes], source: np.ndarray, start: np.ndarra
 
 
 def late_text(raw: RawLines, rows: np.ndarray, cti: np.ndarray, adjusted: np.ndarray,
-              times: Callable[[np.ndarray], Any] = decimals) -> np.ndarray:
+              times: Callable[[np.ndarray], Any] = decimals, reason: np.ndarray | None = None,
+              reasons: Sequence[str | None] = ()) -> np.ndarray:
     """The late-file lines of ``rows`` (``late_line`` of their canonical lines): each input
-    line without its closing ``}\\n``, then ``,"cti":C,"action":"dropped"}\\n`` or
-    ``,"cti":C,"action":"adjusted","adjusted_start":C}\\n`` (``adjusted`` rows). ``times``:
-    how the times are written (``decimals``, or ``iso_times`` for ``late_line_iso``)."""
+    line without its closing ``}\\n``, then ``,"cti":C,"action":"dropped"`` or
+    ``,"cti":C,"action":"adjusted","adjusted_start":C`` (``adjusted`` rows), then the
+    reason's field (``reason_field``) and ``}\\n``. ``reason``: per row of ``rows`` a code
+    into ``reasons`` (``None``: no row has a reason; a ``None`` in ``reasons`` writes no
+    field). ``times``: how the times are written (``decimals``, or ``iso_times`` for
+    ``late_line_iso``)."""
     pa, pc = _arrow()
     join = pc.binary_join_element_wise
     c = times(cti)
     action = pc.coalesce(
         join(_text(pa, ',"action":"adjusted","adjusted_start":'),
              pc.if_else(pa.array(adjusted), c, pa.scalar(None, pa.large_string())),
-             _text(pa, "}\n"), _text(pa, "")),
-        _text(pa, ',"action":"dropped"}\n'))
+             _text(pa, "")),
+        _text(pa, ',"action":"dropped"'))
     body = raw.body[rows]
     lines = texts(raw.data, body, raw.stop[rows] - 2)  # without the closing }\n
-    return _lines(join(lines, _text(pa, ',"cti":'), c, action, _text(pa, "")))[0]
+    pieces = [lines, _text(pa, ',"cti":'), c, action]
+    if reason is not None and any(r is not None for r in reasons):
+        fields = pa.array([reason_field(r).decode() for r in reasons], pa.large_string())
+        pieces.append(fields.take(pa.array(np.asarray(reason, np.int64))))
+    return _lines(join(*pieces, _text(pa, "}\n"), _text(pa, "")))[0]

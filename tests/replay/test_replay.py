@@ -316,6 +316,15 @@ def test_late_lines_of_the_columnar_writer_are_late_line_bytes(rows, lates, data
     want = b"".join(late_line(lines[i], c, "adjusted" if a else "dropped", c if a else None)
                     for i, c, a in zip(picks, cti.tolist(), adjusted.tolist()))
     assert got == want
+    # with reasons (a code per row into a table whose None writes no field)
+    reasons = (None, "quantile", "max_ahead", 'odd "reason" é')
+    code = np.array(data.draw(st.lists(st.integers(0, 3), min_size=len(picks),
+                                       max_size=len(picks))), np.int64)
+    got = late_text(raw, np.array(picks), cti, adjusted, reason=code, reasons=reasons).tobytes()
+    want = b"".join(late_line(lines[i], c, "adjusted" if a else "dropped", c if a else None,
+                              reasons[r])
+                    for i, c, a, r in zip(picks, cti.tolist(), adjusted.tolist(), code.tolist()))
+    assert got == want
 
 
 def test_reading_ahead_keeps_the_order_and_raises_where_the_reader_did():
