@@ -99,6 +99,13 @@ class Policy(Protocol):
     # ``action`` is int8 per row (the codes above); ``cti`` is int64 per row, the CTI in force
     # after that row (``MIN_TIME`` while none was ever emitted). ``None`` means "this policy
     # has no columnar form" (its decisions depend on the source or on join/leave).
+    #
+    # Optional: ``run_source_columns(is_cti, change, source, start, end, names, state=None)
+    # -> (action, cti, reason, state)``: the columnar form of a rule that depends on which
+    # input sent each row (``operators.robust_columns``): every row, joins (``change`` 1) and
+    # leaves (-1) included, ``source`` a code into ``names``; ``reason`` a code per row into
+    # ``operators.robust_columns.REASONS`` (a late row's ``LateRecord.reason``). Replay's
+    # columnar path runs it when a policy has it.
 
 
 def on_time_at_high(policy: Any) -> bool:

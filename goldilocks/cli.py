@@ -143,6 +143,18 @@ def _duration(text: str) -> str:
     return text.strip()
 
 
+def _policy_name(text: str) -> str:
+    """A policy name as ``--policy`` takes it: a registered one, or ``quantile:K``."""
+    from operators.policies import policy_names
+
+    name = text.partition(":")[0]
+    if name not in policy_names():
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                         f"{', '.join(map(repr, policy_names()))}); "
+                                         "quantile:K gives the quantile rule its k")
+    return text
+
+
 def _speed(text: str) -> str | float:
     if text == "max":
         return text
@@ -180,9 +192,12 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delay", default=None, type=_duration, metavar="D",
                    help="CTI delay: 5m, 90s, PT5M, '5 minutes', or integer nanoseconds "
                         "(default: 5m for goldilocks, 0 otherwise)")
-    p.add_argument("--policy", default="goldilocks", choices=policy_names(), metavar="P",
+    p.add_argument("--policy", default="goldilocks", type=_policy_name, metavar="P",
                    help=f"{' | '.join(policy_names())} (any installed policy; default "
-                        "goldilocks)")
+                        "goldilocks); quantile:K follows the K-th most advanced input")
+    p.add_argument("--max-ahead", default=None, type=_duration, metavar="D",
+                   help="with goldilocks: an input's CTI counts for at most the other "
+                        "inputs' median plus D until they corroborate it")
     p.add_argument("--on-late", choices=("drop", "adjust"), default="drop",
                    help="what happens to late inserts (default drop)")
     p.add_argument("--out", default=None, metavar="FILE",
@@ -309,14 +324,18 @@ def _run_replay(args: argparse.Namespace) -> int:
         raise UsageError("quarantine", f"{args.quarantine} is for --bad-records quarantine, "
                          f"but --bad-records is {mode}")
     try:
-        policy = resolve(args.policy, args.delay, args.on_late)
+        policy = resolve(args.policy, args.delay, args.on_late, args.max_ahead)
     except InputError as err:
-        raise UsageError("delay" if args.delay is not None else "policy", str(err)) from None
+        flag = ("--max-ahead" if args.max_ahead is not None and "max_ahead" in str(err)
+                else "delay" if args.delay is not None else "policy")
+        raise UsageError(flag, str(err)) from None
     if args.checkpoint_every is not None and args.checkpoint is None:
         raise UsageError("--checkpoint-every", "goes with --checkpoint FILE")
     if args.window is not None:
         if args.checkpoint is not None:
             raise UsageError("--checkpoint", "is not available with --window")
+        if args.max_ahead is not None:  # the built policy carries it
+            args.policy, args.delay = policy, None
         return _run_windows(args, mode)
     for flag, given in (("--hop", args.hop), ("--agg", args.agg), ("--key", args.key),
                         ("--idle-after", args.idle_after),

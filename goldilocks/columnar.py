@@ -1,7 +1,9 @@
 """Replay's columnar path: the policy over whole columns, the output written from columns.
 
 ``run_columnar`` takes the merged chunks one at a time: ``policy.run_columns`` decides every
-row at once (emit, drop, adjust, a CTI or nothing) with the state the previous chunk left,
+row at once (emit, drop, adjust, a CTI or nothing) with the state the previous chunk left
+(``policy.run_source_columns`` for a rule that reads which input sent each row, joins and
+leaves included: ``quantile``, ``goldilocks(max_ahead=…)``; its late rows carry a reason),
 the statistics are counted with ``bincount``, and the chunk is written and dropped before the
 next one. Writing never encodes a record one by one: each insert's canonical line is either
 the input's own bytes (``Columns.raw``: a scanner proved them canonical) or built for the
@@ -26,6 +28,7 @@ from eventlog.columns import PAD, Payloads, RawLines, gather
 from eventlog.format import cti_line, cti_line_iso, iso_time
 from eventlog.write_columns import decimals, insert_lines, iso_times, late_text
 from goldilocks.outputs import Output
+from operators.robust_columns import REASONS
 
 __all__ = ["Tally", "run_columnar", "write_lines", "chunk_lines"]
 
@@ -95,6 +98,7 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
     once each chunk is written, ``tally()`` giving the counts so far."""
     names = table.names
     run = pol.run_columns  # type: ignore[attr-defined]
+    by_source = getattr(pol, "run_source_columns", None)  # a rule that reads the inputs
     state = None
     counts = _Counts()
     tally = Tally(names)
@@ -117,7 +121,12 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
         start = chunk.start
         is_cti = kind == CTI
         timed = kind <= CTI
-        if timed.all():
+        why = None
+        if by_source is not None:  # every row, joins and leaves included
+            change = (kind == JOIN).astype(np.int8) - (kind == LEAVE).astype(np.int8)
+            action, cti, why, state = by_source(is_cti, change, source, start, chunk.end,
+                                                names, state)
+        elif timed.all():
             action, cti, state = run(is_cti, start, chunk.end, state)
         else:  # join/leave rows are no-ops for a policy with a columnar form
             a, c, state = run(is_cti[timed], start[timed], chunk.end[timed], state)
@@ -163,7 +172,7 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
             plot_parts.append((source[timed], start[timed], is_cti[timed], is_late[timed],
                                rows_index[emit_cti_rows], cti[emit_cti_rows]))
             timed_before += int(timed.sum())
-        write_lines(chunk_lines(chunk, prefixes, iso), action, cti, out, late_out, iso)
+        write_lines(chunk_lines(chunk, prefixes, iso), action, cti, out, late_out, iso, why)
         del chunk
         if after is not None:
             after(state, now)
@@ -178,11 +187,13 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
 
 
 def write_lines(raw: RawLines, action: np.ndarray, cti: np.ndarray, out: Output,
-                late_out: Output, iso: bool = False) -> None:
+                late_out: Output, iso: bool = False, why: np.ndarray | None = None) -> None:
     """Write a chunk from its inserts' canonical lines (``chunk_lines``): emitted inserts are
     copied out of them and late lines joined from them for the whole chunk; only CTIs and
     adjusted lines are built one by one. The bytes are those ``insert_line`` and ``late_line`` would
-    write (TS §5.1); with ``iso``, those of ``insert_line_iso`` and ``late_line_iso``."""
+    write (TS §5.1); with ``iso``, those of ``insert_line_iso`` and ``late_line_iso``.
+    ``why``: per row a code into ``operators.robust_columns.REASONS`` (the late lines'
+    ``reason``), or ``None`` when no row has one."""
     data, body, stop = raw.data, raw.body, raw.stop
     emit = action == EMIT
     rows = np.flatnonzero(emit)
@@ -191,9 +202,9 @@ def write_lines(raw: RawLines, action: np.ndarray, cti: np.ndarray, out: Output,
     if late_out.file is not None:
         late = np.flatnonzero((action == DROP_LATE) | (action == EMIT_ADJUSTED))
         if len(late):
-            late_out.write(memoryview(late_text(raw, late, cti[late],  # type: ignore[arg-type]
-                                                action[late] == EMIT_ADJUSTED,
-                                                iso_times if iso else decimals)))
+            late_out.write(memoryview(late_text(  # type: ignore[arg-type]
+                raw, late, cti[late], action[late] == EMIT_ADJUSTED,
+                iso_times if iso else decimals, None if why is None else why[late], REASONS)))
     rows = np.flatnonzero((action == CTI_EMIT) | (action == EMIT_ADJUSTED))
     if not len(rows):
         out.write(kept)

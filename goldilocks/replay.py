@@ -206,19 +206,36 @@ class ReplayStats:
 # -- helpers ---------------------------------------------------------------------------
 
 
-def resolve(policy: str | Policy, delay: object = None, on_late: str = "drop") -> Policy:
+def resolve(policy: str | Policy, delay: object = None, on_late: str = "drop",
+            max_ahead: object = None) -> Policy:
     """The policy a replay runs: a registered name built with ``delay`` (``None``: 5 minutes
-    for goldilocks, 0 for the others) and ``on_late``, or a policy object (``delay``, if
-    given, must agree with it). Raises ``InputError`` naming what is wrong."""
+    for goldilocks, 0 for the others) and ``on_late`` — ``"quantile:K"`` is the quantile
+    rule with that k, and ``max_ahead`` goes with goldilocks (TS §2.6) — or a policy object
+    (``delay``, if given, must agree with it). Raises ``InputError`` naming what is wrong."""
     if isinstance(policy, str):
+        name, colon, k = policy.partition(":")
+        options: dict[str, Any] = {}
+        if colon:
+            if name != "quantile" or not k.strip().isdigit() or int(k) < 1:
+                raise InputError(f"policy {policy!r}: expected quantile:K with K an integer "
+                                 ">= 1 (e.g. quantile:3); other policies take no ':'")
+            options["k"] = int(k)
+        if max_ahead is not None:
+            if name != "goldilocks":
+                raise InputError(f"max_ahead={max_ahead!r} goes with the goldilocks policy "
+                                 f"(TS §2.6), not {policy!r}")
+            options["max_ahead"] = max_ahead
         if delay is None:
-            delay = "5m" if policy == "goldilocks" else 0
+            delay = "5m" if name == "goldilocks" else 0
         try:
-            return resolve_policy(policy, delay=delay, on_late=on_late)
+            return resolve_policy(name, delay=delay, on_late=on_late, **options)
         except InputError:
             raise
         except ValueError as err:  # an unknown name
             raise InputError(str(err)) from err
+    if max_ahead is not None:
+        raise InputError("max_ahead goes with a policy name; give it to goldilocks(...) "
+                         "when passing a policy object")
     if delay is not None and to_duration_ns(delay) != policy.delay:
         raise InputError(f"delay={delay!r} disagrees with the given policy's delay "
                          f"{policy.delay} ns; pass one or the other")
@@ -249,8 +266,11 @@ def check_time_options(time_unit: str | None, time_format: str) -> None:
         raise UsageError("time_unit", str(err)) from None
 
 
-def columnar_ok(pol: Policy) -> bool:
-    """Whether ``pol`` has a columnar form (``run_columns`` that does not return ``None``)."""
+def columnar_ok(pol: Policy, by_source: bool = False) -> bool:
+    """Whether ``pol`` has a columnar form (``run_columns`` that does not return ``None``;
+    with ``by_source``, ``run_source_columns`` counts too: replay's columnar path runs it)."""
+    if by_source and callable(getattr(pol, "run_source_columns", None)):
+        return True
     run = getattr(pol, "run_columns", None)
     if run is None:
         return False
@@ -346,7 +366,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
         raise UsageError("quarantine", "a quarantine file goes with bad_records='quarantine' "
                          f"(got bad_records={bad_records!r}, quarantine={quarantine!r})")
     streaming_out = out is not None and not is_path(out)
-    can_columns = columnar_ok(pol)
+    can_columns = columnar_ok(pol, by_source=True)
     if columnar is None:
         columnar = can_columns and factor is None and not streaming_out
     elif columnar and not can_columns:

@@ -5,8 +5,10 @@ Both are pure scan steps over a small frozen state, like the policies in
 ``operators.policies``: ``high``, the last emitted CTI, and ``ctis``, ``(input, latest CTI)``
 for every live input in the order they became live (``MIN_TIME`` until an input's first
 CTI). An input is live from ``join`` or its first event until ``leave``. Their decisions
-depend on which input sent each CTI, so they have no columnar form (``run_columns`` returns
-``None``: replay runs them element by element, the same steps the union runs).
+depend on which input sent each CTI, so ``run_columns`` (inserts and CTIs without their
+input) returns ``None``; their columnar form is ``run_source_columns``, over the rows with
+their input and the joins and leaves (``operators.robust_columns``), which replay's columnar
+path runs (the Spark stage runs the steps, one task per clock group).
 
 - ``quantile_policy(k, delay)``: the CTI follows the k-th most advanced live input (the least
   advanced when fewer than k are live), delayed by ``delay``: k − 1 inputs whose clocks run
@@ -39,20 +41,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import median_low
-from typing import Any
+from typing import Any, Sequence
 
 from engine.errors import InputError
 from engine.event import CTI, Event
 from engine.times import MIN_TIME, to_duration_ns
 from operators.lateness import PolicyBase, check_on_late as _check_on_late, late_outputs as _late
+from operators.robust_columns import GOLDILOCKS, MAX_AHEAD, QUANTILE, live_columns
 
 __all__ = ["quantile_policy", "guarded_goldilocks", "QuantilePolicy", "GuardedPolicy",
            "LiveState", "QUANTILE", "MAX_AHEAD", "GOLDILOCKS"]
 
-#: reasons on late records (``LateRecord.reason``)
-QUANTILE = "quantile"
-MAX_AHEAD = "max_ahead"
-GOLDILOCKS = "goldilocks"
 
 _NONE: tuple = ()
 
@@ -141,8 +140,31 @@ class _LivePolicy(PolicyBase):
         return LiveState(high, ctis, state.reason), _NONE
 
     def run_columns(self, is_cti: Any, start: Any, end: Any, state: Any = None) -> None:
-        """``None``: the rule depends on which input sent each CTI (no columnar form)."""
+        """``None``: the rule depends on which input sent each CTI, which these columns do
+        not say; ``run_source_columns`` is its columnar form."""
         return None
+
+    def _rule(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def run_source_columns(self, is_cti: Any, change: Any, source: Any, start: Any, end: Any,
+                           names: Sequence[Any], state: LiveState | None = None,
+                           ) -> tuple[Any, Any, Any, LiveState]:
+        """The rule over columns of consecutive arrivals, joins and leaves included
+        (``operators.robust_columns``): ``(action, cti, reason, state)``, the decisions of
+        ``step``/``join``/``leave`` row by row; ``reason`` is a code per row into
+        ``robust_columns.REASONS`` (a late row's ``LateRecord.reason``). ``state``:
+        ``step``'s (``None``: ``initial()``); the returned one is what ``step`` would hold
+        after the rows, so chunks run one after another decide as one run."""
+        if state is None:
+            state = _INITIAL
+        rule, parameter = self._rule()
+        action, cti, why, high, ctis, reason = live_columns(
+            rule, parameter, self.delay, self._adjust, is_cti, change, source, start, end,
+            names, state.high, state.ctis, state.reason)
+        if high == state.high and ctis == state.ctis and reason == state.reason:
+            return action, cti, why, state
+        return action, cti, why, LiveState(high, ctis, reason)
 
 
 class QuantilePolicy(_LivePolicy):
@@ -156,6 +178,9 @@ class QuantilePolicy(_LivePolicy):
 
     def __repr__(self) -> str:
         return f"quantile(k={self.k}, delay={self.delay}, on_late={self.on_late!r})"
+
+    def _rule(self) -> tuple[str, int]:
+        return "quantile", self.k
 
     def value(self, ctis: tuple[tuple[Any, int], ...]) -> tuple[int | None, str]:
         if not ctis:
@@ -185,6 +210,9 @@ class GuardedPolicy(_LivePolicy):
     def __repr__(self) -> str:
         return (f"goldilocks(delay={self.delay}, on_late={self.on_late!r}, "
                 f"max_ahead={self.max_ahead})")
+
+    def _rule(self) -> tuple[str, int]:
+        return "guarded", self.max_ahead
 
     def _trusted(self, ctis: tuple[tuple[Any, int], ...]) -> list[tuple[Any, int, int]]:
         """``(input, latest, trusted)`` for every input that has sent a CTI."""

@@ -204,8 +204,9 @@ def split_outputs(outputs: Iterable[Any]) -> tuple[list[Event], list[LateRecord]
     return emitted, late
 
 
-def run_steps(policy: Any, arrivals: Sequence[Arrival]) -> tuple[list[Event], list[LateRecord]]:
-    """Drive ``policy`` element by element over ``arrivals`` (markers call join/leave)."""
+def step_through(policy: Any, arrivals: Sequence[Arrival]) -> tuple[Any, list[Any]]:
+    """Drive ``policy`` element by element over ``arrivals`` (markers call join/leave):
+    the state after them and every output, in order."""
     state = policy.initial()
     outputs: list[Any] = []
     for item in arrivals:
@@ -215,7 +216,12 @@ def run_steps(policy: Any, arrivals: Sequence[Arrival]) -> tuple[list[Event], li
         else:
             state, out = policy.step(state, item)
         outputs.extend(out)
-    return split_outputs(outputs)
+    return state, outputs
+
+
+def run_steps(policy: Any, arrivals: Sequence[Arrival]) -> tuple[list[Event], list[LateRecord]]:
+    """Drive ``policy`` element by element over ``arrivals`` (markers call join/leave)."""
+    return split_outputs(step_through(policy, arrivals)[1])
 
 
 def arrivals_strategy(*, min_sources: int = 2, max_sources: int = 5, max_size: int = 40,

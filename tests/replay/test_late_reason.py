@@ -34,16 +34,17 @@ def test_a_record_with_a_reason_ends_with_it_and_one_without_is_unchanged():
     assert iso.endswith(b'"action":"dropped","reason":"resumed"}\n')
 
 
-def test_replay_writes_the_rule_on_each_late_line(tmp_path):
+def test_replay_writes_the_rule_on_each_late_line_on_both_paths(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_bytes(LOG)
     files = {}
-    for columnar in (False,):
+    for columnar in (False, True):
         late = tmp_path / f"late-{columnar}.jsonl"
         stats = replay([log], policy="quantile", on_late="adjust", out=tmp_path / "out.jsonl",
                        late=late, columnar=columnar)
         assert stats.path == ("columnar" if columnar else "element")
         files[columnar] = late.read_bytes()
+    assert files[False] == files[True]
     records = [orjson.loads(line) for line in files[False].splitlines()]
     assert [(r["source"], r["start"], r["action"], r["reason"]) for r in records] == [
         ("A", 3, "adjusted", "quantile"), ("B", 4, "dropped", "quantile")]

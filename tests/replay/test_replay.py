@@ -132,17 +132,8 @@ def test_columnar_and_element_paths_write_identical_bytes(tmp_path_factory, reco
     log = d / "log.jsonl"
     write_log(log, [{k: v for k, v in r.items() if v is not None or k != "source"}
                     for r in records])
-    kw = dict(delay=delay if policy == "goldilocks" else 0, policy=policy, on_late=on_late,
-              plot=True)
-    a = replay([log], out=d / "col.out", late=d / "col.late", columnar=True, **kw)
-    el_out, el_late = io.BytesIO(), io.BytesIO()
-    b = replay([log], out=el_out, late=el_late, **kw)
-    assert (a.path, b.path) == (COLUMNAR, ELEMENT)
-    assert (d / "col.out").read_bytes() == el_out.getvalue()
-    assert (d / "col.late").read_bytes() == el_late.getvalue()
-    assert a.inputs == b.inputs
-    assert (a.emitted, a.ctis_emitted, a.late, a.adjusted, a.final_cti) == \
-           (b.emitted, b.ctis_emitted, b.late, b.adjusted, b.final_cti)
+    a = both_paths(d, log, delay=delay if policy == "goldilocks" else 0, policy=policy,
+                   on_late=on_late)
     # the per-input rows add up to the totals: every record (leaves too) is in one row, and
     # every output CTI is counted on the input whose record caused it
     rows = a.inputs
@@ -152,8 +143,24 @@ def test_columnar_and_element_paths_write_identical_bytes(tmp_path_factory, reco
             sum(r.adjusted for r in rows)) == (a.emitted, a.late, a.adjusted)
     outs = [r.last_cti_out for r in rows if r.last_cti_out is not None]
     assert (max(outs) if outs else None) == a.final_cti
+
+
+def both_paths(d, log, **kw):
+    """Replay ``log`` on the columnar path (to files in ``d``) and on the element path (to
+    file objects); check the same bytes, statistics and plot; the columnar run's stats."""
+    a = replay([log], out=d / "col.out", late=d / "col.late", columnar=True, plot=True, **kw)
+    el_out, el_late = io.BytesIO(), io.BytesIO()
+    b = replay([log], out=el_out, late=el_late, plot=True, **kw)
+    assert (a.path, b.path) == (COLUMNAR, ELEMENT)
+    assert (d / "col.out").read_bytes() == el_out.getvalue()
+    assert (d / "col.late").read_bytes() == el_late.getvalue()
+    assert a.inputs == b.inputs
+    assert (a.emitted, a.ctis_emitted, a.late, a.adjusted, a.final_cti) == \
+           (b.emitted, b.ctis_emitted, b.late, b.adjusted, b.final_cti)
     assert a.plot.late.tolist() == b.plot.late.tolist()
     assert a.plot.cti_rows.tolist() == b.plot.cti_rows.tolist()
+    assert a.plot.cti_values.tolist() == b.plot.cti_values.tolist()
+    return a
 
 
 def _rechunk(chunks, cuts):
