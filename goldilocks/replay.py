@@ -213,22 +213,10 @@ def resolve(policy: str | Policy, delay: object = None, on_late: str = "drop",
     rule with that k, and ``max_ahead`` goes with goldilocks (TS §2.6) — or a policy object
     (``delay``, if given, must agree with it). Raises ``InputError`` naming what is wrong."""
     if isinstance(policy, str):
-        name, colon, k = policy.partition(":")
-        options: dict[str, Any] = {}
-        if colon:
-            if name != "quantile" or not k.strip().isdigit() or int(k) < 1:
-                raise InputError(f"policy {policy!r}: expected quantile:K with K an integer "
-                                 ">= 1 (e.g. quantile:3); other policies take no ':'")
-            options["k"] = int(k)
-        if max_ahead is not None:
-            if name != "goldilocks":
-                raise InputError(f"max_ahead={max_ahead!r} goes with the goldilocks policy "
-                                 f"(TS §2.6), not {policy!r}")
-            options["max_ahead"] = max_ahead
         if delay is None:
-            delay = "5m" if name == "goldilocks" else 0
+            delay = "5m" if policy == "goldilocks" else 0
         try:
-            return resolve_policy(name, delay=delay, on_late=on_late, **options)
+            return resolve_policy(policy, delay=delay, on_late=on_late, max_ahead=max_ahead)
         except InputError:
             raise
         except ValueError as err:  # an unknown name

@@ -370,12 +370,26 @@ def policy_names() -> list[str]:
 
 
 def resolve_policy(name: str, **options: Any) -> Policy:
-    """Build the policy named ``name`` with ``options`` (``delay``, ``on_late``): a built-in
-    one, or one a third-party package declares in the ``goldilocks.policies`` group.
+    """Build the policy named ``name`` with ``options`` (``delay``, ``on_late``; ``max_ahead``
+    for goldilocks, TS §2.6): a built-in one, or one a third-party package declares in the
+    ``goldilocks.policies`` group. ``"quantile:K"`` is the quantile rule with k = K.
 
     >>> resolve_policy("goldilocks", delay="5m").delay
     300000000000
+    >>> resolve_policy("quantile:3").k
+    3
     """
+    name, colon, k = name.partition(":")
+    if colon:
+        if name != "quantile" or not k.strip().isdigit() or int(k) < 1:
+            raise InputError(f"policy {name + colon + k!r}: expected quantile:K with K an "
+                             "integer >= 1 (e.g. quantile:3); other policies take no ':'")
+        options["k"] = int(k)
+    if options.get("max_ahead") is not None and name != "goldilocks":
+        raise InputError(f"max_ahead={options['max_ahead']!r} goes with the goldilocks "
+                         f"policy (TS §2.6), not {name!r}")
+    if options.get("max_ahead", 0) is None:
+        del options["max_ahead"]
     factory = BUILTIN.get(name)
     if factory is None:
         found = _installed().get(name)

@@ -74,8 +74,9 @@ _MIN_BUCKETS = 8
 def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> Policy:
     """The policy object for ``policy`` (a name or a built policy), checked for batch use.
 
-    Runs on the driver. Raises ``NotImplementedError`` for a policy whose state is not a
-    running maximum (``min``): it has no prefix-scan form.
+    Runs on the driver. Raises ``NotImplementedError`` naming the rule for a policy whose
+    state is not a running maximum (``min``, ``quantile``, ``goldilocks(max_ahead=…)``): it
+    has no prefix-scan form.
     """
     if isinstance(policy, str):  # the engine's defaults (goldilocks.replay): goldilocks 5m, else 0
         if delay is None:
@@ -95,6 +96,17 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
             "CTI depends on every input's history, not on a running maximum: there is no "
             "associative prefix scan to split over buckets. Replay it with goldilocks.replay, or "
             "stream it through spark_adapter.watermark_stage, which runs the policy's own step."
+        )
+    if callable(getattr(built, "run_source_columns", None)):  # quantile, max_ahead
+        rule = ("goldilocks(max_ahead=…)" if built.name == "goldilocks"
+                else f"the {built.name!r} rule")
+        raise NotImplementedError(
+            f"replay: {rule} has no Spark batch form. Its CTI is an order statistic over the "
+            "latest CTIs of the inputs live at each row (TS §2.5, §2.6): which input sent "
+            "each CTI matters, so it is not a running maximum and does not split into a "
+            "prefix scan over buckets. Replay the log with goldilocks.replay (its columnar "
+            "path runs the rule), or run it in Spark through "
+            "spark_adapter.watermark_stage(..., policy=...), one task per clock group."
         )
     if built.name not in ("goldilocks", "max"):
         raise NotImplementedError(

@@ -54,7 +54,8 @@ from engine.event import CTI, INTERVAL, POINT, Event, LateRecord
 from engine.policy import Policy
 from spark_adapter.stage_rows import Rows
 from spark_adapter.stage_spec import (ADJUSTED, DROPPED, INSERT, JOIN, KIND_CTI, LEAVE,
-                                      MERGED_CTI, PUBLISHED, REJECTED, SOURCE_CTI, StageSpec)
+                                      MERGED_CTI, PUBLISHED, REJECTED, SOURCE_CTI, StageSpec,
+                                      merged_reason)
 
 __all__ = [
     "Decided",
@@ -458,7 +459,7 @@ class SequentialDecider(_Decider):
                 for out in outs:
                     if isinstance(out, LateRecord):  # late at the merge (TS §2.4)
                         late_cti[i] = out.cti
-                        reason[i] = MERGED_CTI
+                        reason[i] = merged_reason(out.reason)  # the rule, if it says one
                         if out.adjusted is not None:
                             action[i] = ADJUSTED
                         else:

@@ -48,6 +48,10 @@ __all__ = [
     "UNSCALED_REASON",
     "SOURCE_CTI",
     "MERGED_CTI",
+    "RULE_QUANTILE",
+    "RULE_MAX_AHEAD",
+    "RULE_GOLDILOCKS",
+    "merged_reason",
     "PUBLISHED",
     "TIME_FAULTS",
     "reason_text",
@@ -69,6 +73,11 @@ OK = 0
 NULL_TIME, TIME_RANGE, UNSCALED_S, UNSCALED_MS, UNSCALED_US = 1, 2, 3, 4, 5
 NULL_SOURCE, NULL_KIND, UNKNOWN_KIND, BAD_END = 6, 7, 8, 9
 SOURCE_CTI, MERGED_CTI, PUBLISHED = 20, 21, 22
+# Late at the merge, when the policy's late record names the rule that set the CTI
+# (``LateRecord.reason``: the robust rules, TS §2.5, §2.6)
+RULE_QUANTILE, RULE_MAX_AHEAD, RULE_GOLDILOCKS = 23, 24, 25
+_RULE_REASONS = {"quantile": RULE_QUANTILE, "max_ahead": RULE_MAX_AHEAD,
+                 "goldilocks": RULE_GOLDILOCKS}
 UNSCALED_REASON = {"s": UNSCALED_S, "ms": UNSCALED_MS, "us": UNSCALED_US}
 TIME_FAULTS = (NULL_TIME, TIME_RANGE, UNSCALED_S, UNSCALED_MS, UNSCALED_US, BAD_END)
 _REASONS = {
@@ -79,6 +88,9 @@ _REASONS = {
     BAD_END: "end not after start",
     SOURCE_CTI: "starts before its source's CTI",
     MERGED_CTI: "starts before the merged CTI",
+    RULE_QUANTILE: "starts before the merged CTI (set by the quantile rule)",
+    RULE_MAX_AHEAD: "starts before the merged CTI (held back by max_ahead)",
+    RULE_GOLDILOCKS: "starts before the merged CTI (goldilocks, not held back by max_ahead)",
     PUBLISHED: "starts before the watermark already published (its clock group is behind)",
 }
 _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
@@ -87,6 +99,12 @@ _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
 WM = "_gl_wm"
 LATE_COUNT = "_gl_late"
 BAD_COUNT = "_gl_bad"
+
+
+def merged_reason(rule: str | None) -> int:
+    """The reason code of a row late at the merge, from its late record's ``reason``: the
+    rule's own when it names one, else ``MERGED_CTI``."""
+    return _RULE_REASONS.get(rule, MERGED_CTI) if rule is not None else MERGED_CTI
 
 
 def reason_text(code: int, value: Any = None, kinds: Sequence[str] = ()) -> str:

@@ -243,12 +243,17 @@ class LateFiles:
                 self._writer = None
 
 
-def read_stage_state(state_dir: str, query_id: str, name: str = "goldilocks") -> dict:
+def read_stage_state(state_dir: str, query_id: str, name: str = "goldilocks",
+                     policy: Any = None) -> dict:
     """The stage's newest snapshot for a query, as plain values (for inspection; driver).
 
     ``{"batch": last micro-batch folded, "published": CTI published (ns), "groups": {group:
-    CTI}, "sources": {(group, source): (largest start, last CTI)}}``; empty if none yet.
-    Partials of the micro-batch after it are not folded in.
+    CTI}, "sources": {(group, source): (largest start, last CTI)}, "ahead": {group: sorted
+    sources}}``; empty if none yet. ``ahead`` when ``policy`` (the stage's policy object) is a
+    robust rule (``quantile_policy``, ``goldilocks(max_ahead=…)``, TS §2.5, §2.6): the
+    sources of each group whose clock the rule holds back now (the union's ``stats()``
+    flag), for the groups that have any. Partials of the micro-batch after it are not
+    folded in.
     """
     fs_, root = filesystem(state_dir)
     directory = f"{root.rstrip('/')}/{query_id}/{name}"
@@ -257,6 +262,11 @@ def read_stage_state(state_dir: str, query_id: str, name: str = "goldilocks") ->
         return {}
     with fs_.open_input_stream(f"{directory}/snap-{snaps[-1]:012d}.pkl") as f:
         state: StageState = pickle.loads(f.read())
-    return {"batch": state.batch, "published": state.published,
-            "groups": {g: getattr(v, "high", v) for g, v in state.groups.items()},
-            "sources": dict(state.sources)}
+    found = {"batch": state.batch, "published": state.published,
+             "groups": {g: getattr(v, "high", v) for g, v in state.groups.items()},
+             "sources": dict(state.sources)}
+    flag = getattr(policy, "ahead", None)
+    if flag is not None:
+        found["ahead"] = {g: sorted(names) for g, clock in state.groups.items()
+                          if (names := flag(getattr(clock, "state", None) or policy.initial()))}
+    return found

@@ -42,12 +42,14 @@ class Row:
 @dataclass(frozen=True)
 class Outcome:
     """``action``: None (on time), "adjusted", "dropped"; ``start``: the start emitted (for
-    kept rows); ``cti``: the CTI a late row broke; ``level``: "source" or "merge"."""
+    kept rows); ``cti``: the CTI a late row broke; ``level``: "source" or "merge";
+    ``reason``: a merge-late row's ``LateRecord.reason``."""
 
     action: str | None
     start: int | None
     cti: int | None = None
     level: str | None = None
+    reason: str | None = None  # the late record's reason (the rule that set the CTI)
 
 
 @dataclass
@@ -118,7 +120,8 @@ class _Group:
         for record in self.union.late.drain():
             e = record.event
             start = record.adjusted.start if record.adjusted is not None else None
-            run.outcomes[e.payload] = Outcome(record.action, start, record.cti, "merge")
+            run.outcomes[e.payload] = Outcome(record.action, start, record.cti, "merge",
+                                              record.reason)
         for e in self.out:
             if e.kind == CTI:
                 self.cti = e.start
