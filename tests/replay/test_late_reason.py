@@ -77,3 +77,20 @@ def test_the_log_writer_keeps_the_reason():
     writer.write(LateRecord("A", Event.point(3, source="A"), 10, DROPPED, reason="quantile"))
     writer.close()
     assert orjson.loads(buf.getvalue().splitlines()[0])["reason"] == "quantile"
+
+
+def test_the_servers_late_parts_keep_the_reason(tmp_path):
+    """``RollingFileSink`` (what ``serve --out-dir`` writes the late output with) writes the
+    reason as the late file does."""
+    from engine.sources import from_iterable
+    from eventlog import RollingFileSink
+
+    records = [LateRecord("A", Event.point(3, source="A"), 10, DROPPED, reason="max_ahead"),
+               LateRecord("B", Event.point(4, source="B"), 10, DROPPED)]
+    sink = RollingFileSink(tmp_path, prefix="late", max_events=10)
+    from_iterable(records).subscribe(sink)
+    assert sink.error is None and sink.published
+    text = b"".join(p.read_bytes() for p in sorted(tmp_path.glob("late-*.jsonl")))
+    lines = [orjson.loads(line) for line in text.splitlines()]  # with seq, in arrival order
+    assert [line.get("reason") for line in lines] == ["max_ahead", None]
+    assert text.splitlines()[0].endswith(b'"action":"dropped","reason":"max_ahead"}')

@@ -83,7 +83,8 @@ def canonical_events(rows: Iterable[Any]) -> bytes:
 
 
 def canonical_late(rows: Iterable[Any]) -> bytes:
-    """Spark late rows (in arrival order) as the engine's canonical late file."""
+    """Spark late rows (in arrival order; a dict may hold ``reason``, the late record's) as
+    the engine's canonical late file."""
     from engine.event import INTERVAL
     from eventlog import encode_late
 
@@ -97,7 +98,9 @@ def canonical_late(rows: Iterable[Any]) -> bytes:
         adjusted = None
         if r["action"] == "adjusted":
             adjusted = Event(e.kind, r["adjusted_start"], e.end, payload, e.source)
-        out.append(encode_late(LateRecord(e.source, e, r["cti"], r["action"], adjusted)))
+        reason = r.get("reason") if isinstance(r, dict) else None  # a Spark Row has none
+        out.append(encode_late(LateRecord(e.source, e, r["cti"], r["action"], adjusted,
+                                          reason)))
     return b"".join(out)
 
 

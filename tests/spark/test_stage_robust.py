@@ -141,6 +141,33 @@ def test_one_clock_an_hour_ahead_costs_the_others_nothing_native_drops_them(
     assert spark.table(f"{name}_native").where(F.col("device_id") == "r").count() == 36
 
 
+@pytest.mark.parametrize("name, policy", [
+    ("log_quantile", quantile_policy(2, "3s", "adjust")),
+    ("log_max_ahead", goldilocks("3s", "adjust", max_ahead="5s")),
+])
+def test_our_log_through_the_stage_equals_the_columnar_replay(spark, tmp_path, name, policy):
+    """The same rule on the same arrival order: the stage over our log format (joins and
+    leaves included) and ``goldilocks.replay``'s columnar path write the same events and the
+    same late file, reasons included."""
+    from goldilocks.replay import replay
+    from test_streaming import (_canonical, _concatenated, _random_parts,
+                                _run_available_now, _stage, _stream, _without_ctis,
+                                _write_parts)
+
+    parts = _random_parts(seed=11)
+    _write_parts(tmp_path / "parts", parts)
+    staged = _stage(_stream(spark, tmp_path / "parts", maxFilesPerTrigger=1), tmp_path,
+                    policy=policy)
+    _run_available_now(staged, name, tmp_path / "ck")
+    reasons = {text: rule for rule, text in _MERGE.items()}
+    got = _canonical(spark.table(name).collect(), reasons)
+    out, late = tmp_path / "replay-out.jsonl", tmp_path / "replay-late.jsonl"
+    stats = replay([_concatenated(tmp_path, parts)], policy=policy, out=out, late=late)
+    assert stats.path == "columnar" and stats.late > 0
+    assert b'"reason":' in late.read_bytes()
+    assert got == (_without_ctis(out.read_bytes()), late.read_bytes())
+
+
 def test_batch_replay_refuses_the_robust_rules_by_name():
     from spark_adapter.batch import resolve_spark_policy
 

@@ -67,13 +67,15 @@ def _stream(spark, directory, **options):
     return reader.load(str(directory))
 
 
-def _canonical(rows):
+def _canonical(rows, reasons=None):
     """The stage's rows (``keep_late=True``) as the engine's output and late bytes, CTIs left
-    out of the engine's output (the stage's output holds data rows only)."""
+    out of the engine's output (the stage's output holds data rows only). ``reasons``: the
+    late record's reason for a ``late_reason`` text (none by default)."""
     rows = sorted(rows, key=lambda r: r["order_key"])
     events = [dict(r.asDict(), kind="insert") for r in rows if r["late_reason"] is None]
     late = [dict(r.asDict(), action=r["late_action"],
-                 adjusted_start=r["cti"] if r["late_action"] == "adjusted" else None)
+                 adjusted_start=r["cti"] if r["late_action"] == "adjusted" else None,
+                 reason=(reasons or {}).get(r["late_reason"]))
             for r in rows if r["late_reason"] is not None]
     return canonical_events(events), canonical_late(late)
 
