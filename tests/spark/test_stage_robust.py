@@ -178,3 +178,17 @@ def test_batch_replay_refuses_the_robust_rules_by_name():
             resolve_spark_policy(policy, None, "drop")
         assert "not a running maximum" in str(err.value)
         assert "watermark_stage" in str(err.value) and "goldilocks.replay" in str(err.value)
+
+
+def test_the_stage_takes_the_rules_by_name_and_plans_one_task_per_clock():
+    from engine.errors import InputError
+    from spark_adapter.stage_spec import build_policy, choose_plan
+
+    built = build_policy("quantile:3", None, "drop", "watermark_stage")
+    assert (built.k, built.delay) == (3, 0)
+    for policy in (built, goldilocks("1s", max_ahead="1s")):
+        assert choose_plan(policy, None, ()) == "sequential"  # the rule reads every source
+    for name, says in (("quantile:x", "quantile:K with K an integer >= 1"),
+                       ("min:2", "other policies take no ':'")):
+        with pytest.raises(InputError, match=f"watermark_stage: policy '{name}': .*{says}"):
+            build_policy(name, None, "drop", "watermark_stage")
