@@ -11,6 +11,12 @@ The policy runs over the merged arrival order exactly as in ``goldilocks.replay`
   the open windows carried from chunk to chunk. Chosen when the policy has a columnar form
   and every aggregate is a built-in one (as for replay: automatically, unless forced).
 
+With per-key clocks (``clock="key"``, TS §6.3) the arrivals of each input go through its own
+copy of the policy — ``Windows(clocks=policy)`` record by record, or on columns each input's
+rows of a chunk through ``run_columns`` with that input's carried state, its emitted CTIs
+moving its own clock in ``WindowColumns(per_key=True)``. The columnar path evicts no idle
+input (``idle_after`` runs on the element path).
+
 Row format (``docs/replay.md``): one JSON object per line, keys in this order — ``start``,
 ``end`` (the window, ns or RFC 3339 as ``--time-format``), ``key`` (keyed windows only),
 ``count`` (inserts in the window), then each aggregate by its label (``mean_celsius``: a
@@ -39,8 +45,8 @@ from goldilocks.ahead import ahead
 from goldilocks.outputs import check_outputs, open_sinks
 from goldilocks.replay import COLUMNAR, ELEMENT, columnar_ok, check_time_options, resolve
 from operators.window_columns import WindowColumns
-from operators.windows import (Fold, WindowResult, Windows, WindowSpec, hopping_spec,
-                               parse_fold, tumbling_spec)
+from operators.windows import (WINDOW_CLOSED, Fold, WindowResult, Windows, WindowSpec,
+                               hopping_spec, parse_fold, tumbling_spec)
 
 __all__ = ["replay_windows", "WindowReplayStats", "window_row", "CLOCKS"]
 
@@ -109,11 +115,15 @@ class _Keys:
         self.found = SourceTable()  # the keys met so far, by code
         self.names = self.found.names
 
-    def codes_of(self, chunk: Columns) -> np.ndarray:
-        """int32 codes into ``names`` per row (-1 for CTIs, and for every row unkeyed)."""
+    def codes_of(self, chunk: Columns, ctis: bool = False) -> np.ndarray:
+        """int32 codes into ``names`` per row (-1 for CTIs, and for every row unkeyed);
+        ``ctis``: a CTI of an input gets its input's code too (per-key clocks)."""
         if self.key is None:
             return np.full(len(chunk), -1, np.int32)
         is_insert = chunk.kind == INSERT
+        if ctis:
+            assert self.key == "source"  # a CTI names its input, never a payload field
+            is_insert = is_insert | ((chunk.kind == CTI) & (chunk.source >= 0))
         out = np.full(len(chunk), -1, np.int32)
         names = self.table.names
         if self.key == "source":  # a table from the chunk's few source codes to key codes
@@ -208,9 +218,9 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     ``"source"`` (per input) or a payload field holding a string. ``out``: rows; ``late``:
     the policy's late records. ``clock``: ``"merged"`` (the policy's CTIs over the merged
     stream close every window) or ``"key"`` (per-key clocks, TS §6.3: each input's own CTIs
-    through its own copy of the policy close its windows; needs ``key="source"``, runs on
-    the element path, and ``late`` gets the inserts that found their window closed;
-    ``idle_after`` evicts idle inputs, TS §6.4). Other options as
+    through its own copy of the policy close its windows; needs ``key="source"``; ``late``
+    gets the inserts that found their window closed; ``idle_after`` evicts idle inputs, TS
+    §6.4, on the element path). Other options as
     ``goldilocks.replay.replay``. Memory: one chunk per file plus the open windows (at most
     ``max_open``).
 
@@ -243,12 +253,12 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     if idle_after is not None and not per_key:
         raise UsageError("idle_after", "goes with per-key clocks (clock='key')")
     can_columns = (columnar_ok(pol) and all(f.kind is not None for f in folds)
-                   and not per_key)
+                   and idle_after is None)
     if columnar is None:
         columnar = can_columns
     elif columnar and not can_columns:
         raise InputError("windows: the columnar path needs a policy with a columnar form, "
-                         "built-in aggregates and the merged clock; use the element path")
+                         "built-in aggregates and no idle_after; use the element path")
     check_outputs(path_list, {"out": out, "late": late})
     for p in path_list:
         if not os.path.exists(p):
@@ -259,8 +269,11 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     fields = _Fields(folds)
     bad = BadRecords(bad_records, None)
     iso = time_format == "iso"
-    run = (_run_columns if columnar else
-           partial(_run_key_clocks, idle_after=idle_after) if per_key else _run_elements)
+    if per_key:
+        run = (_run_key_clock_columns if columnar
+               else partial(_run_key_clocks, idle_after=idle_after))
+    else:
+        run = _run_columns if columnar else _run_elements
     chunks = None
     ok = False
     try:
@@ -297,10 +310,11 @@ def _key_function(key: str | None) -> Any:
     return field
 
 
-def _late_lines(chunk: Columns, rows: np.ndarray, cti: np.ndarray, action: np.ndarray,
+def _late_lines(chunk: Columns, rows: np.ndarray, cti: np.ndarray, action: np.ndarray | None,
                 names: list[str], time_format: str) -> bytes:
-    """The policy's late records of ``rows`` (few: late inserts), as the element path
-    writes them."""
+    """The late records of ``rows`` (few: late inserts), as the element path writes them:
+    the policy's (``action`` its codes), or with ``action`` None those of inserts that found
+    their window closed by ``cti`` (TS §6.2)."""
     lines = []
     for r in rows.tolist():
         s = int(chunk.source[r])
@@ -308,10 +322,14 @@ def _late_lines(chunk: Columns, rows: np.ndarray, cti: np.ndarray, action: np.nd
         ev = Event(INTERVAL if chunk.has_end[r] else POINT, int(chunk.start[r]),
                    int(chunk.end[r]), chunk.payload[r], name)
         c = int(cti[r])
-        adjusted = (Event(ev.kind, c, ev.end, ev.payload, name)
-                    if action[r] == EMIT_ADJUSTED else None)
-        lines.append(encode_late(LateRecord(name, ev, c, "adjusted" if adjusted else "dropped",
-                                            adjusted), time_format))
+        if action is None:
+            record = LateRecord(name, ev, c, WINDOW_CLOSED)
+        elif action[r] == EMIT_ADJUSTED:
+            record = LateRecord(name, ev, c, "adjusted", Event(ev.kind, c, ev.end, ev.payload,
+                                                               name))
+        else:
+            record = LateRecord(name, ev, c, "dropped")
+        lines.append(encode_late(record, time_format))
     return b"".join(lines)
 
 
@@ -348,6 +366,50 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
                         spec.size, keyed, keys.names, iso))
     return (records, kernel.inserts, n_late, kernel.late, kernel.emitted, kernel.open,
             kernel.peak, final)
+
+
+def _run_key_clock_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
+                           max_open: int, chunks: Iterable[Columns], table: SourceTable,
+                           keys: _Keys, out: Any, late_out: Any, iso: bool,
+                           time_format: str) -> tuple:
+    """Per-key clocks on columns (TS §6.3): the rows, late records and counts of
+    ``_run_key_clocks``. Each input's inserts and CTIs of a chunk go through
+    ``policy.run_columns`` from that input's carried state; every insert, and the CTIs the
+    policy emits, go to the window kernel in arrival order, each CTI moving its input's clock
+    only."""
+    kernel = WindowColumns(spec, folds, True, max_open=max_open, per_key=True)
+    run = pol.run_columns  # type: ignore[attr-defined]
+    states: dict[int, Any] = {}
+    records = 0
+    for chunk in chunks:
+        records += len(chunk)
+        # the element path's rows: every insert, and the CTIs that name an input
+        timed = (chunk.kind == INSERT) | ((chunk.kind == CTI) & (chunk.source >= 0))
+        c = chunk if timed.all() else chunk.take(np.flatnonzero(timed))
+        is_cti = c.kind == CTI
+        action = np.zeros(len(c), np.int8)
+        cti = np.zeros(len(c), np.int64)
+        order = np.argsort(c.source, kind="stable")
+        for rows in np.split(order, np.flatnonzero(np.diff(c.source[order])) + 1):
+            if len(rows):
+                s = int(c.source[rows[0]])
+                action[rows], cti[rows], states[s] = run(is_cti[rows], c.start[rows],
+                                                         c.end[rows], states.get(s))
+        keep = np.flatnonzero(~is_cti | (action == CTI_EMIT))
+        closed = kernel.run(is_cti[keep], np.where(is_cti, cti, c.start)[keep],
+                            keys.codes_of(c, ctis=True)[keep],
+                            [v[keep] for v in _values(folds, c)], keys.names)
+        out.write(_rows(closed.end.tolist(), closed.key.tolist(), closed.count.tolist(),
+                        [(v.tolist(), has.tolist()) for v, has in closed.values], folds,
+                        spec.size, True, keys.names, iso))
+        late_rows = np.flatnonzero(closed.late)
+        if late_out.file is not None and len(late_rows):
+            clock = np.zeros(len(c), np.int64)
+            clock[keep] = closed.clock
+            late_out.write(_late_lines(c, keep[late_rows], clock, None, table.names,
+                                       time_format))
+    return (records, kernel.inserts, 0, kernel.late, kernel.emitted, kernel.open, kernel.peak,
+            None)
 
 
 def _rows(ends: list, codes: list, counts: list, values: list, folds: Sequence[Fold],

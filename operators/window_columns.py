@@ -7,12 +7,20 @@ open windows and their accumulators are carried from chunk to chunk, so where th
 cut changes nothing. Only the built-in folds (``count``, ``sum``, ``mean``, ``min``, ``max``)
 run here; a user fold runs element by element.
 
+The clock: one for the stream (the CTIs of the chunk, whoever sent them), or with
+``per_key=True`` one per key (TS §6.3): a CTI row carries the code of the key whose clock it
+advances, and an insert is judged, and a window closed, by its own key's clock only — what
+``Windows(clocks=policy)`` does with the CTIs the policy emits for each key (the caller runs
+the policy per key; ``goldilocks.windowed`` does). Idle keys are not evicted here (TS §6.4 is
+the element path's); more than ``max_keys`` keys is an error that says so.
+
 How: every insert is given its windows (``size / hop`` candidates per row, kept where the
 insert falls in them), the CTI in force before each row is a running maximum, assignments to
 windows already closed are late (TS §6.2), and the rest are folded with unbuffered
 ``ufunc.at`` in row order — the additions happen in the same order as element by element,
 so the float sums are bit-identical. A window closes at the first CTI at or after its end
-(TS §6.1); the windows a chunk closes come out by ``(end, key name)``.
+(TS §6.1) — of its own key, with per-key clocks; the windows a chunk closes come out by the
+row that closed them, then ``(end, key name)``, as element by element.
 
 Memory: O(open windows + chunk × size / hop).
 """
@@ -37,29 +45,38 @@ class Closed:
     """Windows closed by one chunk, in emission order: ``end`` (int64), ``key`` (int32 codes;
     -1 unkeyed), ``count`` (int64 inserts folded), and per fold its results as ``(value,
     present)``: float64 values and a bool mask (``False``: no value, reported as null);
-    ``late`` marks the chunk's rows that found a window closed."""
+    ``late`` marks the chunk's rows that found a window closed, and ``clock`` is the clock
+    each row was judged by (its key's, with per-key clocks; ``MIN_TIME``: none yet)."""
 
     end: np.ndarray
     key: np.ndarray
     count: np.ndarray
     values: tuple[tuple[np.ndarray, np.ndarray], ...]
     late: np.ndarray
+    clock: np.ndarray
 
 
 class WindowColumns:
     """The windows of one run over a merged stream's chunks (see the module docstring)."""
 
     def __init__(self, spec: WindowSpec, folds: Sequence[Fold], keyed: bool, *,
-                 max_open: int = 100_000) -> None:
+                 max_open: int = 100_000, per_key: bool = False,
+                 max_keys: int = 100_000) -> None:
         for f in folds:
             if f.kind is None:
                 raise InputError(f"windows: the fold {f.label!r} is a user fold; only the "
                                  "built-in ones run on columns (use the element path)")
+        if per_key and not keyed:
+            raise InputError("windows: per-key clocks need keyed windows; without a key the "
+                             "stream has one clock")
         self.spec = spec
         self.folds = tuple(folds)
         self.keyed = keyed
         self.max_open = max_open
         self.clock = MIN_TIME  # the CTI in force (MIN_TIME: none yet; no window ends there)
+        self.per_key = per_key
+        self.max_keys = max_keys
+        self.clocks = np.zeros(0, np.int64)  # per-key clocks by key code (MIN_TIME: none)
         # the open windows, one row each
         self.end = np.zeros(0, np.int64)
         self.key = np.zeros(0, np.int32)
@@ -74,8 +91,9 @@ class WindowColumns:
     def run(self, is_cti: np.ndarray, start: np.ndarray, key: np.ndarray,
             values: Sequence[np.ndarray], names: Sequence[str]) -> Closed:
         """One chunk: ``is_cti``/``start`` per row (CTIs and inserts, in arrival order),
-        ``key`` int32 codes into ``names`` (ignored unkeyed), ``values[i]`` fold ``i``'s
-        value per row (float64, NaN where the insert has none)."""
+        ``key`` int32 codes into ``names`` (ignored unkeyed; with per-key clocks a CTI row's
+        code names the key it moves), ``values[i]`` fold ``i``'s value per row (float64, NaN
+        where the insert has none)."""
         spec = self.spec
         n_rows = len(start)
         start = np.asarray(start, np.int64)
@@ -84,10 +102,16 @@ class WindowColumns:
         if len(t) and int(t.max()) > MAX_TIME - spec.size:
             raise InputError("windows: an insert would open a window ending after the latest "
                              "instant (MAX_TIME); expected earlier times")
-        # the CTI in force before each row: a running maximum, the carried clock first
+        # the CTI in force before and after each row: a running maximum, the carried clock
+        # first — over the whole chunk, or over each key's rows with per-key clocks
         cti_at = np.where(is_cti, start, MIN_TIME)
-        after = np.maximum.accumulate(np.concatenate([[self.clock], cti_at]))
-        before = after[:-1][ins]
+        if self.per_key:
+            key = np.asarray(key, np.int32)
+            row_before, row_after, segments = self._key_clocks(cti_at, key, len(names))
+        else:
+            after = np.maximum.accumulate(np.concatenate([[self.clock], cti_at]))
+            row_before, row_after, segments = after[:-1], after[1:], []
+        before = row_before[ins]
         # each insert's candidate windows, row-major (row, then window): per window the
         # assignments keep arrival order, so the sums add in the element path's order
         m = spec.per_insert
@@ -142,16 +166,25 @@ class WindowColumns:
                 elif f.kind == "max":
                     np.maximum.at(acc, s, v)
             results.append((n, acc))
-        # which windows close, and at which row: the first CTI at or after their end
-        self.clock = int(after[-1])
-        shut = end <= self.clock                                              # TS §6.1
-        self._peak(end, opened_at[old:], old, after[1:], is_cti)
-        ranks = _ranks(names) if self.keyed else None
-        c = np.flatnonzero(shut)
-        if ranks is not None and len(c):
-            c = c[np.lexsort((ranks[wkey[c]], end[c]))]
+        # which windows close, and at which row: the first CTI at or after their end (TS
+        # §6.1), of their own key with per-key clocks (TS §6.3); n_rows: not in this chunk
+        if self.per_key:
+            closes = np.full(w, n_rows, np.int64)
+            for k, rows_k in segments:
+                mine = np.flatnonzero(wkey == k)
+                at = np.searchsorted(row_after[rows_k], end[mine], side="left")
+                closes[mine] = np.append(rows_k, n_rows)[at]
         else:
-            c = c[np.argsort(end[c], kind="stable")]
+            self.clock = int(row_after[-1]) if n_rows else self.clock
+            closes = np.searchsorted(row_after, end, side="left")
+        shut = closes < n_rows
+        self._peak(opened_at[old:], old, closes[shut], n_rows)
+        c = np.flatnonzero(shut)
+        # emission order: the closing row, then (end, key name) among the windows it closes
+        if self.keyed and len(c):
+            c = c[np.lexsort((_ranks(names)[wkey[c]], end[c], closes[c]))]
+        else:
+            c = c[np.lexsort((end[c], closes[c]))]
         out_values = []
         for f, (n, acc) in zip(self.folds, results):
             if f.kind == "count":
@@ -161,7 +194,8 @@ class WindowColumns:
                     out_values.append((acc[c] / n[c], n[c] > 0))
             else:
                 out_values.append((acc[c], n[c] > 0))
-        closed_out = Closed(end[c], wkey[c], count[c], tuple(out_values), late_rows)
+        closed_out = Closed(end[c], wkey[c], count[c], tuple(out_values), late_rows,
+                            row_before)
         stay = ~shut
         self.end, self.key, self.count = end[stay], wkey[stay], count[stay]
         self.n = [n[stay] for n, _ in results]
@@ -169,15 +203,42 @@ class WindowColumns:
         self.emitted += len(c)
         return closed_out
 
-    def _peak(self, end: np.ndarray, opened_at: np.ndarray, old: int, clock_after: np.ndarray,
-              is_cti: np.ndarray) -> None:
+    def _key_clocks(self, cti_at: np.ndarray, key: np.ndarray, n_keys: int,
+                    ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
+        """Per-key clocks (TS §6.3): each row's key's clock before and after it, each key's
+        running maximum from its carried clock; and the rows of each key (ascending), by key.
+        Updates the carried clocks."""
+        if n_keys > self.max_keys:
+            raise InputError(
+                f"windows: {n_keys} keys hold a clock (max_keys {self.max_keys}); expected "
+                "fewer on the columnar path, which evicts no key (the element path evicts "
+                "the longest idle: columnar=False)")
+        if len(self.clocks) < n_keys:
+            self.clocks = np.concatenate(
+                [self.clocks, np.full(n_keys - len(self.clocks), MIN_TIME, np.int64)])
+        n_rows = len(key)
+        before = np.empty(n_rows, np.int64)
+        after = np.empty(n_rows, np.int64)
+        order = np.argsort(key, kind="stable")
+        cuts = np.flatnonzero(np.diff(key[order])) + 1
+        segments = []
+        for rows_k in np.split(order, cuts) if n_rows else ():
+            k = int(key[rows_k[0]])
+            if k < 0:
+                raise InputError("windows: a row without a key; with per-key clocks every "
+                                 "insert and CTI names its key")
+            run = np.maximum.accumulate(np.concatenate([[self.clocks[k]], cti_at[rows_k]]))
+            before[rows_k] = run[:-1]
+            after[rows_k] = run[1:]
+            self.clocks[k] = run[-1]
+            segments.append((k, rows_k))
+        return before, after, segments
+
+    def _peak(self, opened_at: np.ndarray, old: int, closes: np.ndarray, n_rows: int) -> None:
         """The most windows open at once in this chunk, exactly as element by element:
         +1 at the row that opens a window, -1 at the CTI row that closes it."""
-        n_rows = len(clock_after)
         delta = np.zeros(n_rows + 1, np.int64)
         np.add.at(delta, opened_at, 1)
-        # the row at which the clock first reaches each window's end (n_rows: not in this chunk)
-        closes = np.searchsorted(clock_after, end, side="left")
         np.add.at(delta, closes, -1)
         running = old + np.cumsum(delta[:n_rows])
         peak = int(running.max()) if n_rows else old

@@ -125,18 +125,10 @@ def test_ts_6_1_each_window_once_and_only_after_the_clock_passed_its_end(stream,
 
 # -- the columnar kernel against the element path -----------------------------------------
 
-@settings(max_examples=300, deadline=None)
-@given(stream=streams(ctis_have_sources=False), spec=specs, keyed=st.booleans(),
-       data=st.data())
-def test_columnar_kernel_over_any_chunk_split_matches_the_element_path(stream, spec, keyed,
-                                                                        data):
-    windows = Windows(spec, FOLDS, key="source" if keyed else None)
-    emitted, late = run(windows, stream)
-    want = [e.payload for e in emitted if e.kind != CTI]
-    names = sorted({e.source for e in stream if e.source}, reverse=True)  # codes not in order
-    code = {n: i for i, n in enumerate(names)}
-    kernel = WindowColumns(spec, FOLDS, keyed)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))
+def run_kernel(kernel: WindowColumns, stream, cuts, code, names):
+    """``stream`` through ``kernel`` in the chunks ``cuts`` gives; the results as
+    ``WindowResult``s and the late inserts. A row's key is ``code[source]`` (-1 without)."""
+    spec = kernel.spec
     got = []
     late_rows = []
     for a, b in zip([0] + cuts, cuts + [len(stream)]):
@@ -157,13 +149,75 @@ def test_columnar_kernel_over_any_chunk_split_matches_the_element_path(stream, s
                 vals[f.label] = int(x) if f.kind == "count" and x is not None else x
             end = int(closed.end[i])
             got.append(WindowResult(end - spec.size, end,
-                                    names[closed.key[i]] if keyed else None,
+                                    names[closed.key[i]] if kernel.keyed else None,
                                     int(closed.count[i]), vals))
+    return got, late_rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=streams(ctis_have_sources=False), spec=specs, keyed=st.booleans(),
+       data=st.data())
+def test_columnar_kernel_over_any_chunk_split_matches_the_element_path(stream, spec, keyed,
+                                                                        data):
+    windows = Windows(spec, FOLDS, key="source" if keyed else None)
+    emitted, late = run(windows, stream)
+    want = [e.payload for e in emitted if e.kind != CTI]
+    names = sorted({e.source for e in stream if e.source}, reverse=True)  # codes not in order
+    code = {n: i for i, n in enumerate(names)}
+    kernel = WindowColumns(spec, FOLDS, keyed)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))
+    got, late_rows = run_kernel(kernel, stream, cuts, code, names)
     assert got == want
     assert late_rows == [r.event for r in late]
     s = windows.stats()
     assert (kernel.open, kernel.peak, kernel.inserts, kernel.late, kernel.emitted) == \
            (s.open, s.peak_open, s.inserts, s.late, s.emitted)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=streams(), spec=specs, delay=st.integers(0, 15), data=st.data())
+def test_ts_6_3_per_key_clocks_on_columns_over_any_chunk_split_match_the_reference(
+        stream, spec, delay, data):
+    """The kernel with per-key clocks, fed every insert and the CTIs each key's own policy
+    emits (each moving that key's clock only), gives the reference's windows, in its order,
+    and its late inserts; the counts are the element path's."""
+    policy = goldilocks(delay)
+    states: dict = {}
+    rows = []  # inserts as they arrived, CTIs as each key's policy emitted them
+    for e in stream:
+        state, outs = policy.step(states.get(e.source, policy.initial()), e)
+        states[e.source] = state
+        if e.kind != CTI:
+            rows.append(e)
+        rows += [Event.cti(o.start, source=e.source) for o in outs
+                 if isinstance(o, Event) and o.kind == CTI]
+    names = sorted({e.source for e in stream}, reverse=True)  # codes not in name order
+    code = {n: i for i, n in enumerate(names)}
+    kernel = WindowColumns(spec, FOLDS, True, per_key=True)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
+    got, late_rows = run_kernel(kernel, rows, cuts, code, names)
+    want, want_late = reference_windows(stream, spec.size, spec.hop, REFERENCE_FOLDS,
+                                        keyed=True, offset=spec.offset, clock_delay=delay)
+    assert [(r.start, r.end, r.key, r.count, r.values) for r in got] == \
+        [e.payload for e in want]
+    assert late_rows == [r.event for r in want_late]
+    windows = Windows(spec, FOLDS, key="source", clocks=policy)
+    run(windows, stream)
+    s = windows.stats()
+    assert (kernel.open, kernel.peak, kernel.inserts, kernel.late, kernel.emitted) == \
+           (s.open, s.peak_open, s.inserts, s.late, s.emitted)
+
+
+def test_per_key_kernel_refuses_a_key_past_max_keys_and_unkeyed_use():
+    with pytest.raises(InputError, match="per-key clocks need keyed windows"):
+        WindowColumns(WindowSpec(10, 10), FOLDS[:1], False, per_key=True)
+    kernel = WindowColumns(WindowSpec(10, 10), FOLDS[:1], True, per_key=True, max_keys=2)
+    one = [np.zeros(1, np.float64)]
+    kernel.run(np.array([False]), np.array([1], np.int64), np.array([1], np.int32), one,
+               ["a", "b"])
+    with pytest.raises(InputError, match=r"3 keys hold a clock \(max_keys 2\).*columnar=False"):
+        kernel.run(np.array([False]), np.array([1], np.int64), np.array([2], np.int32), one,
+                   ["a", "b", "c"])
 
 
 # -- concrete behaviour -------------------------------------------------------------------
