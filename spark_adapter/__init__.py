@@ -8,6 +8,8 @@ The documented surface (``docs/spark.md``)::
     watermark_stage(df, *, delay, time_col, source_col, kind_col=None, advance=None, ...)
         -> DataFrame          # any DataFrame, streaming or batch: a better withWatermark
     split_late(staged) -> (events, late)                      # for keep_late=True
+    windows(events, *, window, aggregates, hop=None, key=None, ...) -> DataFrame
+                        # one row per window closed by the CTI: replay --window's rows
     EVENT_LOG_STAGE           # watermark_stage's options for our own log format
     read_stage_state(state_dir, query_id)                     # the stage's clock, to inspect
     register(spark)     # the streaming source, short name "goldilocks"
@@ -32,6 +34,7 @@ __all__ = [
     "write_replay",
     "watermark_stage",
     "split_late",
+    "windows",
     "EVENT_LOG_STAGE",
     "read_stage_state",
     "register",
@@ -55,6 +58,7 @@ _HOME = {
     "write_replay": "spark_adapter.batch",
     "watermark_stage": "spark_adapter.streaming",
     "split_late": "spark_adapter.streaming",
+    "windows": "spark_adapter.windows",
     "EVENT_LOG_STAGE": "spark_adapter.streaming",
     "read_stage_state": "spark_adapter.stage_state",
     "register": "spark_adapter.source",

@@ -1,0 +1,184 @@
+"""Windows in Spark (``spark_adapter.windows``): the rows of ``goldilocks replay --window``
+byte for byte, the reference model's windows on generated logs (each window once), a Spark
+user's own readings through the stage, and the errors a plan refuses with."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from engine.errors import InputError
+from engine.event import CTI, Event
+from engine.times import MAX_TIME
+from goldilocks.windowed import replay_windows, window_row
+from operators import goldilocks
+from operators.windows import Windows, parse_fold, tumbling_spec
+from spark_support import ROW_SCHEMA, arrivals_to_rows
+from tests.reference import REFERENCE_FOLDS, reference_windows, run_steps
+
+pytestmark = pytest.mark.spark
+
+FLEET = Path(__file__).resolve().parents[2] / "examples" / "data" / "fleet.jsonl"
+_NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
+AGGS = [k if f is None else f"{k}:{f}" for k, f in REFERENCE_FOLDS]
+LABELS = [k if f is None else f"{k}_{f}" for k, f in REFERENCE_FOLDS]
+
+
+def _as_bytes(rows, labels, keyed):
+    """Spark window rows, already in the engine's order, as ``replay --window`` writes them."""
+    return b"".join(window_row(r["start"], r["end"], r["key"] if keyed else None, r["count"],
+                               [(label, r[label]) for label in labels], keyed, False)
+                    for r in rows)
+
+
+@pytest.mark.parametrize("files,key,hop", [
+    ("fleet", "source", None), ("fleet", None, "20s"), ("devices", "source", "30s"),
+    ("devices", None, None)])
+def test_the_bundled_logs_give_replays_window_rows_byte_for_byte(spark, files, key, hop):
+    """One log with arrival times, and per-device logs merged round-robin; tumbling and
+    hopping, per input and fleet-wide."""
+    from examples import fleet_windows as example
+    from spark_adapter import read_event_log, replay, windows
+
+    paths = [str(FLEET)] if files == "fleet" else [str(p) for p in example.DEVICES]
+    aggs = ["count", "mean:celsius", "sum:celsius", "min:celsius", "max:celsius",
+            "count:celsius"]
+    want = io.BytesIO()
+    stats = replay_windows(paths, window="1m", hop=hop, aggregates=aggs, key=key,
+                           delay="30s", out=want)
+    events, _late = replay(read_event_log(spark, paths), delay="30s")
+    rows = windows(events, window="1m", hop=hop, aggregates=aggs, key=key)
+    got = rows.orderBy("end", *(["key"] if key else [])).collect()
+    assert _as_bytes(got, [a.replace(":", "_") for a in aggs], key is not None) == \
+        want.getvalue()
+    assert len(got) == stats.windows > 10
+
+
+_payloads = st.one_of(st.none(), st.just("text"), st.fixed_dictionaries({}, optional={
+    "x": st.one_of(st.integers(-5, 5), st.floats(-100, 100, allow_nan=False), st.just(-0.0),
+                   st.just(0.1), st.just(0.2), st.text(max_size=1))}))
+
+
+@st.composite
+def _logs(draw):
+    source = st.sampled_from("ABC")
+    point = st.builds(lambda s, t, p: Event.point(t, p, s), source, st.integers(-30, 90),
+                      _payloads)
+    interval = st.builds(lambda s, t, n, p: Event.interval(t, t + n, p, s), source,
+                         st.integers(-30, 90), st.integers(1, 20), _payloads)
+    cti = st.builds(lambda s, t: Event.cti(t, source=s), source,
+                    st.one_of(st.integers(-40, 120), st.just(MAX_TIME)))
+    log = st.lists(st.one_of(point, point, interval, cti), max_size=40)
+    return draw(st.lists(log, min_size=1, max_size=3))
+
+
+@pytest.mark.slow
+@settings(phases=_NO_SHRINK, max_examples=5, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(logs=_logs(), delay=st.integers(0, 20), on_late=st.sampled_from(["drop", "adjust"]),
+       size=st.integers(1, 25), per=st.integers(1, 3), offset=st.integers(0, 7),
+       keyed=st.booleans())
+def test_spark_windows_equal_the_reference_and_each_comes_out_once(spark, logs, delay, on_late,
+                                                                   size, per, offset, keyed):
+    """Several independent logs (``group_col``) replayed and windowed in Spark: per log, the
+    reference model's windows over the policy's output (TS §6.1, §6.5), values bit for bit,
+    every window once."""
+    from spark_adapter import replay, windows
+
+    rows = [r for g, log in enumerate(logs) for r in arrivals_to_rows(log, g)]
+    frame = spark.createDataFrame(rows, ROW_SCHEMA)
+    hop = max(size // per, 1)
+    events, _late = replay(frame, delay=delay, on_late=on_late, group_col="g")
+    got = (windows(events, window=size, hop=hop, offset=offset, aggregates=AGGS,
+                   key="source" if keyed else None, group_col="g")
+           .orderBy("g", "end", *(["key"] if keyed else [])).collect())
+    seen = [(r["g"], r["key"] if keyed else None, r["start"]) for r in got]
+    assert len(seen) == len(set(seen))  # never twice
+    for g, log in enumerate(logs):
+        emitted, _ = run_steps(goldilocks(delay, on_late), log)
+        want, _ = reference_windows(emitted, size, hop, REFERENCE_FOLDS, keyed=keyed,
+                                    offset=offset)
+        mine = [(r["start"], r["end"], r["key"] if keyed else None, r["count"],
+                 {label: r[label] for label in LABELS}) for r in got if r["g"] == g]
+        assert mine == [e.payload for e in want if e.kind != CTI], g
+
+
+def test_a_spark_users_readings_through_the_stage_give_the_engines_windows(spark, tmp_path):
+    """A Spark user's frame (a timestamp, a device, a temperature; no CTIs, no payload) through
+    ``watermark_stage`` and ``windows`` by device: the engine's window operator over the same
+    readings in the stage's order (event time, then device), closed at the end."""
+    from spark_adapter import watermark_stage, windows
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    readings = []
+    for i in range(300):
+        device = f"dev-{i % 7}"
+        temp = None if i % 23 == 0 else (21.5 + (i * 37 % 100) / 10 if i % 5 else i % 4)
+        readings.append((t0 + timedelta(seconds=(i * 13) % 900, microseconds=i), device,
+                         float(temp) if temp is not None else None))
+    df = spark.createDataFrame(readings, "ts timestamp, device_id string, temperature double")
+    staged = watermark_stage(df, delay="5 seconds", time_col="ts", source_col="device_id",
+                             late_path=str(tmp_path / "late"))
+    aggs = ["count", "mean:temperature", "max:temperature", "count:temperature"]
+    got = (windows(staged, window="1 minute", aggregates=aggs, key="device_id",
+                   time_col="ts", order_by=["ts", "device_id"], clock=None)
+           .orderBy("end", "key").collect())
+
+    w = Windows(tumbling_spec("1m"), tuple(parse_fold(a) for a in aggs), key="source")
+    want = []
+    for ts, device, temp in sorted(readings, key=lambda r: (r[0], r[1])):
+        ns = int((ts - datetime(1970, 1, 1, tzinfo=timezone.utc)) / timedelta(microseconds=1))
+        payload = {} if temp is None else {"temperature": temp}
+        want += w.step(Event.point(ns * 1000, payload, device))
+    want += w.step(Event.cti(MAX_TIME))
+    results = [e.payload for e in want if e.kind != CTI]
+    assert [(r["start"], r["end"], r["key"], r["count"],
+             {a: r[a] for a in ("mean_temperature", "max_temperature", "count_temperature")})
+            for r in got] == \
+        [(r.start, r.end, r.key, r.count, {k: v for k, v in r.values.items() if k != "count"})
+         for r in results]
+    assert sum(r["count"] for r in got) == 300
+
+
+def test_plans_refuse_what_they_cannot_window(spark):
+    from operators import fold
+    from spark_adapter import windows
+
+    df = spark.createDataFrame([(1, "a", 2.0, 3)], "start long, source string, v double, n int")
+    cases = [
+        (dict(window="1m"), "no arrival order"),
+        (dict(window="1m", order_by=["start"], key="n"), "key column 'n' has type int"),
+        (dict(window="1m", order_by=["start"], key="k"), "neither a column nor a payload"),
+        (dict(window="1m", order_by=["start"], aggregates=["mean:source"]),
+         "column 'source' has type string; expected a number"),
+        (dict(window="1m", order_by=["start"], aggregates=["mean:w"]),
+         "'w' is neither a column nor a payload field"),
+        (dict(window="1m", order_by=["start"]), "lacks column\\(s\\) cti"),
+        (dict(window="1m", order_by=["start"], clock="end"), "clock='end'"),
+        (dict(window="1m", order_by=["start"], time_col="source"), "time_col 'source' has"),
+        (dict(window="1m", order_by=["start"], clock=None,
+              aggregates=[fold("f", 0, lambda a, v: a)]), "user fold"),
+        (dict(window="1m", hop="2m", order_by=["start"]), "hop .* is longer than the size"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(InputError, match=message):
+            windows(df, **kw)
+
+
+def test_a_non_string_payload_key_fails_naming_it(spark):
+    from spark_adapter import windows
+
+    df = spark.createDataFrame([(1, 0, '{"k": 3}')], "start long, seq long, payload string")
+    with pytest.raises(Exception, match="a window key is 3; expected a string"):
+        windows(df, window=10, key="k", clock=None).collect()
+    ok = spark.createDataFrame([(1, 0, orjson.dumps({"k": "p", "x": 2}).decode())],
+                               "start long, seq long, payload string")
+    (row,) = windows(ok, window=10, key="k", clock=None, aggregates=["sum:x"]).collect()
+    assert (row["start"], row["end"], row["key"], row["count"], row["sum_x"]) == \
+        (0, 10, "p", 1, 2.0)
