@@ -10,6 +10,8 @@ The documented surface (``docs/spark.md``)::
     split_late(staged) -> (events, late)                      # for keep_late=True
     windows(events, *, window, aggregates, hop=None, key=None, ...) -> DataFrame
                         # one row per window closed by the CTI: replay --window's rows
+    window_stage(staged, *, window, aggregates, key=None, time_col, ...) -> DataFrame
+                        # the same windows on a stream, after watermark_stage
     EVENT_LOG_STAGE           # watermark_stage's options for our own log format
     read_stage_state(state_dir, query_id)                     # the stage's clock, to inspect
     register(spark)     # the streaming source, short name "goldilocks"
@@ -35,6 +37,7 @@ __all__ = [
     "watermark_stage",
     "split_late",
     "windows",
+    "window_stage",
     "EVENT_LOG_STAGE",
     "read_stage_state",
     "register",
@@ -59,6 +62,7 @@ _HOME = {
     "watermark_stage": "spark_adapter.streaming",
     "split_late": "spark_adapter.streaming",
     "windows": "spark_adapter.windows",
+    "window_stage": "spark_adapter.windows",
     "EVENT_LOG_STAGE": "spark_adapter.streaming",
     "read_stage_state": "spark_adapter.stage_state",
     "register": "spark_adapter.source",

@@ -36,6 +36,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (DoubleType, LongType, StringType, StructField, StructType,
@@ -48,7 +49,7 @@ from operators.windows import (Fold, Windows, WindowSpec, hopping_spec, number, 
                                tumbling_spec)
 from spark_adapter.schema import KIND_INSERT, ORDER_COLUMNS
 
-__all__ = ["windows", "WINDOW_COLUMNS"]
+__all__ = ["windows", "window_stage", "WINDOW_COLUMNS"]
 
 #: the columns of every window row, before the key, the group columns and the aggregates
 WINDOW_COLUMNS = ("start", "end")
@@ -57,6 +58,7 @@ _WS = "_gl_ws"      # a window's start
 _T = "_gl_t"        # the insert's time, ns
 _K = "_gl_key"      # the window key (a string)
 _CLOCK = "_gl_clock"
+_ROWS = "_gl_rows"  # a window's rows (window_stage)
 _NUMERIC = ("long", "integer", "short", "byte", "double", "float")
 _WHO = "windows"
 
@@ -377,3 +379,95 @@ def _arrow_type(spark_type: str) -> pa.DataType | None:
     return {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(),
             "smallint": pa.int16(), "tinyint": pa.int8(), "boolean": pa.bool_(),
             "double": pa.float64(), "date": pa.date32()}.get(spark_type)
+
+
+# -- streaming: after watermark_stage ---------------------------------------------------------
+
+def window_stage(staged: DataFrame, *, window: object, aggregates: Sequence[str] = ("count",),
+                 hop: object = None, key: str | None = None, offset: object = 0,
+                 time_col: str, order_by: Sequence[str] | None = None) -> DataFrame:
+    """Windows after ``watermark_stage`` on a stream: one row per window, emitted once, when
+    the stage's CTI has passed the window's end — the columns of ``windows``, the values
+    folded by the engine's kernel in ``order_by`` order.
+
+    The plan: Spark's own window aggregation in append mode, grouped by ``window(time_col,
+    …)`` and ``key``, collecting each window's rows (``collect_list`` of the order and value
+    columns, sorted by the order columns), then a ``mapInArrow`` folding each closed window
+    with the kernel. Spark closes a window when its watermark passes the end, and that
+    watermark is the stage's CTI (one micro-batch later, 1 ms behind: docs/spark.md); Spark
+    keeps a window's rows in its state store until then, and never emits a window twice.
+
+    ``time_col``: the column the stage marked (its ``time_col`` when a timestamp, else
+    ``event_time``). ``key``: ``None`` or a string column. Aggregate fields: numeric columns,
+    or fields of a JSON ``payload`` column. ``order_by``: the order the folds take a
+    window's rows in (default ``(time_col, key)``; rows tied on every column are taken in any
+    order). ``window``, ``hop``, ``offset``: whole microseconds (Spark's timestamps).
+
+    Late rows: the stage judged every row against its CTI, and a row on time starts at or
+    after it, so each window it falls in ends after the CTI Spark's watermark follows: no
+    row reaching this stage is late for a window (TS §6.2); the late ones are the stage's,
+    with their reasons, in its late output.
+    """
+    spec = tumbling_spec(window, offset=offset) if hop is None else hopping_spec(
+        window, hop, offset=offset)
+    for what, ns in (("window", spec.size), ("hop", spec.hop), ("offset", spec.offset)):
+        if ns % 1000:
+            raise _fail(f"{what} {ns} ns is not a whole number of microseconds; expected one "
+                        "(Spark's windows and timestamps count microseconds)")
+    folds = tuple(parse_fold(a) for a in aggregates)
+    Windows(spec, folds)
+    for f in folds:
+        if f.kind is None:
+            raise _fail(f"the fold {f.label!r} is a user fold; Spark runs the built-in ones "
+                        "(count, sum, mean, min, max)")
+    _need(staged, [time_col], "")
+    if not isinstance(staged.schema[time_col].dataType, TimestampType):
+        raise _fail(f"time_col {time_col!r} is {staged.schema[time_col].dataType.simpleString()}; "
+                    "expected the timestamp column watermark_stage marked (its time_col, or "
+                    "event_time for an integer time)")
+    key_col, key_field = _key(staged, key)
+    if key_field is not None:
+        raise _fail(f"key {key!r} is not a column; expected a string column of the stream")
+    order = list(order_by) if order_by is not None else [time_col, *([key] if key else [])]
+    _need(staged, order, " (order_by)")
+    sources = _sources(staged, folds)
+    values = list(dict.fromkeys(s for s in sources if s is not None))
+    from_payload = any(f.field is not None and s is None for f, s in zip(folds, sources))
+    elem = F.struct(*[F.col(o).alias(f"_gl_o{i}") for i, o in enumerate(order)],
+                    *[F.col(v) for v in values], *([F.col("payload")] if from_payload else []))
+    us = 1000
+    win = F.window(time_col, f"{spec.size // us} microseconds", f"{spec.hop // us} microseconds",
+                   f"{spec.offset % spec.hop // us} microseconds")
+    by = [win.alias("_gl_w"), *([F.col(key_col)] if key_col else [])]
+    grouped = staged.groupBy(*by).agg(F.array_sort(F.collect_list(elem)).alias(_ROWS))
+    ready = grouped.select((F.unix_micros(F.col("_gl_w.start")) * F.lit(us)).alias(_WS),
+                           *([F.col(key_col)] if key_col else []), F.col(_ROWS))
+    task = _FoldClosed(spec, folds, key_col, None, [], sources, {})
+    return ready.mapInArrow(task, _schema(staged, folds, key is not None, []))
+
+
+class _FoldClosed(_Fold):
+    """On the executors: rows of windows Spark closed, each with its own rows (sorted), folded
+    by the kernel; a batch holds whole windows, so each batch's windows close at its end."""
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        spec = self.spec
+        keyed = self.key_col is not None
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            lists = batch.column(_ROWS)
+            flat = pa.RecordBatch.from_struct_array(pc.list_flatten(lists))
+            window = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+            ws = batch.column(_WS).to_numpy(zero_copy_only=False).astype(np.int64)
+            keys = (batch.column(self.key_col).to_pylist() if keyed
+                    else [None] * batch.num_rows)
+            n = flat.num_rows
+            kernel = WindowColumns(WindowSpec(spec.hop, spec.hop, spec.offset % spec.hop),
+                                   self.folds, True, max_open=2**62)
+            closed = kernel.run(np.concatenate([np.zeros(n, np.bool_), [True]]),
+                                np.append(ws[window], MAX_TIME),
+                                np.append(window, -1).astype(np.int32),
+                                [np.append(v, np.nan) for v in self._values(flat)],
+                                [""] * batch.num_rows)
+            yield self._rows(closed, [(k,) for k in keys], keyed)

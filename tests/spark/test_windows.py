@@ -18,7 +18,7 @@ from engine.event import CTI, Event
 from engine.times import MAX_TIME
 from goldilocks.windowed import replay_windows, window_row
 from operators import goldilocks
-from operators.windows import Windows, parse_fold, tumbling_spec
+from operators.windows import Windows, hopping_spec, parse_fold, tumbling_spec
 from spark_support import ROW_SCHEMA, arrivals_to_rows
 from tests.reference import REFERENCE_FOLDS, reference_windows, run_steps
 
@@ -144,6 +144,66 @@ def test_a_spark_users_readings_through_the_stage_give_the_engines_windows(spark
         [(r.start, r.end, r.key, r.count, {k: v for k, v in r.values.items() if k != "count"})
          for r in results]
     assert sum(r["count"] for r in got) == 300
+
+
+def test_a_stream_through_the_stage_closes_each_window_once_with_the_engines_values(
+        spark, tmp_path):
+    """A user's readings as a stream (JSON files, one per micro-batch, one reading very late):
+    ``watermark_stage`` then ``window_stage`` by device in append mode. Each window comes out
+    once, only once the CTI passed its end, with the values of the engine's window operator
+    over the rows the stage kept (in the fold order, time then device); the late reading is
+    in the stage's late output, not in a window."""
+    import json
+
+    from spark_adapter import watermark_stage, window_stage
+    from spark_adapter.schema import cti_to_watermark_ms
+    from spark_support import reading_time
+
+    t0 = 1_767_225_600 * 10**9  # 2026-01-01
+    s = 10**9
+    batches = []
+    for b in range(4):
+        rows = [(f"dev-{i % 3}", t0 + (b * 40 + i) * s + i * 1000, 20.0 + (i * 7 % 10) / 10)
+                for i in range(40)]
+        batches.append(rows)
+    batches[2].append(("dev-1", t0 + 2 * s, 99.0))  # very late: its window closed long ago
+    directory = tmp_path / "in"
+    directory.mkdir()
+    for k, rows in enumerate(batches):
+        path = directory / f"part-{k}.json"
+        path.write_text("".join(json.dumps({"device_id": d, "ts": reading_time(t),
+                                            "temperature": v}) + "\n" for d, t, v in rows))
+        import os
+        os.utime(path, (1_700_000_000 + k,) * 2)
+    stream = (spark.readStream.schema("device_id string, ts timestamp, temperature double")
+              .option("maxFilesPerTrigger", 1).json(str(directory)))
+    staged = watermark_stage(stream, delay="5 seconds", time_col="ts", source_col="device_id",
+                             state_dir=str(tmp_path / "state"))
+    aggs = ["count", "mean:temperature", "sum:temperature", "min:temperature"]
+    out = window_stage(staged, window="30 seconds", hop="10 seconds", aggregates=aggs,
+                       key="device_id", time_col="ts")
+    query = (out.writeStream.format("memory").queryName("stream_windows").outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+             .start())
+    assert query.awaitTermination(300) and query.exception() is None
+    got = spark.table("stream_windows").orderBy("end", "key").collect()
+
+    late = spark.read.parquet(str(tmp_path / "state" / "late")).collect()
+    assert [(r["device_id"], r["temperature"]) for r in late] == [("dev-1", 99.0)]
+    kept = sorted((t, d, v) for rows in batches for d, t, v in rows if v != 99.0)
+    final_cti = max(t for t, _, _ in kept) - 5 * s  # each reading its device's CTI
+    closes_by = (cti_to_watermark_ms(final_cti) + 1) * 10**6  # Spark's last watermark, in ns
+    w = Windows(hopping_spec("30s", "10s"), tuple(parse_fold(a) for a in aggs), key="source")
+    want = []
+    for t, d, v in kept:
+        want += w.step(Event.point(t, {"temperature": v}, d))
+    want += w.step(Event.cti(MAX_TIME))
+    expect = [(r.start, r.end, r.key, r.count, r.values) for r in
+              (e.payload for e in want if e.kind != CTI) if r.end <= closes_by - 10**6]
+    assert [(r["start"], r["end"], r["key"], r["count"],
+             {"count": r["count"], **{a.replace(":", "_"): r[a.replace(":", "_")]
+                                      for a in aggs[1:]}}) for r in got] == expect
+    assert len(expect) > 20
 
 
 def test_plans_refuse_what_they_cannot_window(spark):
