@@ -1,4 +1,4 @@
-"""Windows in Spark (``spark_adapter.windows``): the rows of ``goldilocks replay --window``
+"""Windows in Spark (``spark_adapter.windowing``): the rows of ``goldilocks replay --window``
 byte for byte, the reference model's windows on generated logs (each window once), a Spark
 user's own readings through the stage, and the errors a plan refuses with."""
 
@@ -204,6 +204,16 @@ def test_a_stream_through_the_stage_closes_each_window_once_with_the_engines_val
              {"count": r["count"], **{a.replace(":", "_"): r[a.replace(":", "_")]
                                       for a in aggs[1:]}}) for r in got] == expect
     assert len(expect) > 20
+
+
+def test_the_names_resolve_to_the_functions_whatever_was_imported_first():
+    """``windows`` is a function of the package, not a module of it: importing the module
+    that defines it (as ``window_stage`` does) does not shadow the name."""
+    import spark_adapter
+    import spark_adapter.windowing as module
+
+    assert spark_adapter.window_stage is module.window_stage
+    assert spark_adapter.windows is module.windows and callable(spark_adapter.windows)
 
 
 def test_plans_refuse_what_they_cannot_window(spark):
