@@ -8,7 +8,7 @@ some skew). Rows, end to end (parse, merge, policy, windows, write): plain repla
 events out), and windowed replays of the same log — tumbling 1 s windows with
 ``mean:v``, unkeyed and keyed by device, hopping 10 s windows every 1 s keyed by device with
 ``count``/``mean``/``max``, on the columnar path; the first windowed row also on the element
-path. One warm-up round (which checks that both paths write the same rows), then
+path; and per-device clocks (``--clock key``) on both paths. One warm-up round (which checks that both paths write the same rows), then
 ``--repeat`` (>= 5) rounds, every row once per round in turn; the table gives events/s for
 the median, best and worst run, by CPU time, and each row's median per-round ratio to plain
 replay (below 1: slower than plain replay).
@@ -38,6 +38,10 @@ ROWS: list[tuple[str, dict[str, Any] | None, bool]] = [
     ("hop 10s/1s, 3 aggs, by device, columnar",
      dict(window="10s", hop="1s", aggregates=["count", "mean:v", "max:v"], key="source"), True),
     ("window 1s, mean:v, element path", dict(window="1s", aggregates=["mean:v"]), False),
+    ("window 1s, mean:v, device clocks, columnar",
+     dict(window="1s", aggregates=["mean:v"], key="source", clock="key"), True),
+    ("window 1s, mean:v, device clocks, element",
+     dict(window="1s", aggregates=["mean:v"], key="source", clock="key"), False),
 ]
 
 
