@@ -89,14 +89,7 @@ def windows(events: DataFrame, *, window: object, aggregates: Sequence[str] = ("
     ``replay(group_col=...)``. ``partitions``: the shuffle's width (default
     ``spark.sql.shuffle.partitions``).
     """
-    spec = tumbling_spec(window, offset=offset) if hop is None else hopping_spec(
-        window, hop, offset=offset)
-    folds = tuple(parse_fold(a) for a in aggregates)
-    Windows(spec, folds)  # the aggregates' own checks (labels, at least one)
-    for f in folds:
-        if f.kind is None:
-            raise _fail(f"the fold {f.label!r} is a user fold; Spark runs the built-in ones "
-                        "(count, sum, mean, min, max)")
+    spec, folds = _definition(window, hop, offset, aggregates)
     columns = events.columns
     groups = [group_col] if isinstance(group_col, str) else list(group_col or ())
     order = _order(events, order_by)
@@ -139,6 +132,20 @@ def windows(events: DataFrame, *, window: object, aggregates: Sequence[str] = ("
     task = _Fold(spec, folds, key_col, key_field, groups, sources,
                  {g: events.schema[g].dataType.simpleString() for g in groups})
     return shuffled.mapInArrow(task, schema)
+
+
+def _definition(window: object, hop: object, offset: object, aggregates: Sequence[str],
+                ) -> tuple[WindowSpec, tuple[Fold, ...]]:
+    """The windows and folds, checked as the engine checks them; built-in folds only."""
+    spec = tumbling_spec(window, offset=offset) if hop is None else hopping_spec(
+        window, hop, offset=offset)
+    folds = tuple(parse_fold(a) for a in aggregates)
+    Windows(spec, folds)  # the aggregates' own checks (labels, at least one)
+    for f in folds:
+        if f.kind is None:
+            raise _fail(f"the fold {f.label!r} is a user fold; Spark runs the built-in ones "
+                        "(count, sum, mean, min, max)")
+    return spec, folds
 
 
 def _order(df: DataFrame, order_by: Sequence[str] | None) -> list[str]:
@@ -408,18 +415,11 @@ def window_stage(staged: DataFrame, *, window: object, aggregates: Sequence[str]
     row reaching this stage is late for a window (TS §6.2); the late ones are the stage's,
     with their reasons, in its late output.
     """
-    spec = tumbling_spec(window, offset=offset) if hop is None else hopping_spec(
-        window, hop, offset=offset)
+    spec, folds = _definition(window, hop, offset, aggregates)
     for what, ns in (("window", spec.size), ("hop", spec.hop), ("offset", spec.offset)):
         if ns % 1000:
             raise _fail(f"{what} {ns} ns is not a whole number of microseconds; expected one "
                         "(Spark's windows and timestamps count microseconds)")
-    folds = tuple(parse_fold(a) for a in aggregates)
-    Windows(spec, folds)
-    for f in folds:
-        if f.kind is None:
-            raise _fail(f"the fold {f.label!r} is a user fold; Spark runs the built-in ones "
-                        "(count, sum, mean, min, max)")
     _need(staged, [time_col], "")
     if not isinstance(staged.schema[time_col].dataType, TimestampType):
         raise _fail(f"time_col {time_col!r} is {staged.schema[time_col].dataType.simpleString()}; "

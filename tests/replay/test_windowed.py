@@ -44,6 +44,20 @@ _record = st.one_of(
 )
 
 
+def both_paths(logs, d: Path, kw: dict):
+    """``replay_windows`` on columns and element by element: the same rows, late records and
+    counts; returns both stats."""
+    a = replay_windows(logs, out=d / "col", late=d / "col.late", columnar=True, **kw)
+    b = replay_windows(logs, out=d / "el", late=d / "el.late", columnar=False, **kw)
+    assert (a.path, b.path) == ("columnar", "element")
+    assert (d / "col").read_bytes() == (d / "el").read_bytes()
+    assert (d / "col.late").read_bytes() == (d / "el.late").read_bytes()
+    for f in ("records", "inserts", "late", "window_late", "windows", "open", "peak_open",
+              "final_cti"):
+        assert getattr(a, f) == getattr(b, f), f
+    return a, b
+
+
 def _write(path: Path, records) -> None:
     write_log(path, [{k: v for k, v in r.items() if v is not None or k != "source"}
                      for r in records])
@@ -62,14 +76,7 @@ def test_columnar_and_element_paths_write_identical_rows(tmp_path_factory, recor
     hop = max(size // hops, 1)
     kw = dict(window=size, hop=hop, aggregates=AGGS, delay=delay, on_late=on_late,
               key="source" if keyed else None, time_format="iso" if iso else "ns")
-    a = replay_windows([log], out=d / "col", late=d / "col.late", columnar=True, **kw)
-    b = replay_windows([log], out=d / "el", late=d / "el.late", columnar=False, **kw)
-    assert (a.path, b.path) == ("columnar", "element")
-    assert (d / "col").read_bytes() == (d / "el").read_bytes()
-    assert (d / "col.late").read_bytes() == (d / "el.late").read_bytes()
-    for f in ("records", "inserts", "late", "window_late", "windows", "open", "peak_open",
-              "final_cti"):
-        assert getattr(a, f) == getattr(b, f), f
+    a, b = both_paths([log], d, kw)
     assert a.window_late == 0  # windows that follow the policy's CTIs see no late insert
     # the late file is replay's own, and the rows are the reference's windows over the
     # policy's output (TS §6.1)
@@ -111,14 +118,7 @@ def test_per_key_clocks_write_identical_rows_on_both_paths(tmp_path_factory, rec
         _write(log, records[i::files])
     kw = dict(window=size, hop=max(size // hops, 1), aggregates=AGGS, delay=delay,
               key="source", clock="key", time_format="iso" if iso else "ns")
-    a = replay_windows(logs, out=d / "col", late=d / "col.late", columnar=True, **kw)
-    b = replay_windows(logs, out=d / "el", late=d / "el.late", columnar=False, **kw)
-    assert (a.path, b.path) == ("columnar", "element")
-    assert (d / "col").read_bytes() == (d / "el").read_bytes()
-    assert (d / "col.late").read_bytes() == (d / "el.late").read_bytes()
-    for f in ("records", "inserts", "late", "window_late", "windows", "open", "peak_open",
-              "final_cti"):
-        assert getattr(a, f) == getattr(b, f), f
+    both_paths(logs, d, kw)
 
 
 def test_per_key_clocks_run_on_columns_by_default_and_idle_after_on_elements(tmp_path):
