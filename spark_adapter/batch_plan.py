@@ -202,12 +202,9 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
 
     cell = F.col(_RID).cast("long") * F.lit(n_groups) + F.col(_GID)
     staged = rows.select(*df.columns, _RID, cell.alias(_CELL), kind_code(order).alias(_CODE))
-    if hasattr(staged, "repartitionById"):  # Spark >= 4.1: range r goes to partition r
-        staged = staged.repartitionById(ranges, _RID)
-    else:  # pragma: no cover - Spark 4.0: hashed, several ranges may share a partition
-        staged = staged.repartition(ranges, _RID)
+    staged = staged.repartitionById(ranges, _RID)  # range r goes to partition r
     # A range is an interval of the key, so sorting by (cell, order) keeps each (range, group)
-    # contiguous even where ranges share a partition. Without groups, by the order alone: the
+    # contiguous. Without groups, by the order alone: the
     # cell is then the range id, constant in a partition, and Spark's sorter compares a prefix
     # of the first key only.
     staged = staged.sortWithinPartitions(*([_CELL] if groups else []), *order)
