@@ -129,6 +129,30 @@ def test_partitions_that_interleave_fall_back_to_the_ranges(spark):
     assert got[1]
 
 
+_NULL_KEY_DISAGREES = pytest.mark.xfail(
+    strict=True, reason="the range plan leaves the null-key row out of the events, where the "
+    "global window emits it first (no CTI in force yet): the plans disagree on where it sorts")
+
+
+@pytest.mark.parametrize("options", [
+    pytest.param({"group_col": "g"}, id="groups", marks=_NULL_KEY_DISAGREES),
+    pytest.param({}, id="no-groups", marks=_NULL_KEY_DISAGREES)])
+def test_a_null_order_key_falls_back_to_the_ranges(spark, options):
+    """A row with no order key (a user's frame, not ``read_event_log``'s) sorts first, as in
+    Spark's ascending sort: the split plan refuses it, the range plan decides it, with and
+    without clock groups, and gives the global window's rows."""
+    from spark_adapter import replay
+
+    rows = _rows(50)
+    rows[10] = (*rows[10][:8], None, 0, 11)  # no order_key
+    frame = spark.createDataFrame(rows, ROW_SCHEMA).drop(*([] if options else ["g"]))
+    events, late = replay(frame, delay=3, strategy="scan", **options)
+    assert _RANGE_PLAN in _plan(events)
+    got = [[tuple(r) for r in part.orderBy(*ORDER).collect()] for part in (events, late)]
+    assert got == _reference(frame, delay=3, **options)
+    assert got[1]  # late rows: the comparison can fail
+
+
 def test_an_input_that_changes_between_the_reads_is_refused(spark, tmp_path):
     """The split plan reads the log twice; a file rewritten in between (other rows) fails
     the job with a message naming the partition, instead of deciding from a stale summary."""
