@@ -146,9 +146,14 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
     spark = df.sparkSession
     key = F.col(order[0])
     rows = df.withColumn(_D, delayed_cti(policy.delay))
-    span = rows.agg(F.min(key), F.max(key), F.count(F.lit(1))).first()  # job 1
+    no_key = F.count(F.when(F.greatest(*[F.col(c).isNull() for c in order]), 1))
+    span = rows.agg(F.min(key), F.max(key), F.count(F.lit(1)), no_key).first()  # job 1
     assert span is not None  # an aggregate without grouping has one row
-    lo, hi, n = span
+    lo, hi, n, missing = span
+    if missing:  # an event log's record has its order key (docs/event-log.md, TS §5.3)
+        raise InputError(f"replay: {missing} row(s) have a null order column "
+                         f"({', '.join(order)}); every row needs its place in arrival order: "
+                         "fill the column or drop those rows before the replay")
     if lo is None:
         lo = hi = 0
     if ranges is None:
@@ -171,8 +176,7 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
     n_buckets = last_bucket - first_bucket + 1
     of_bucket = _ranges(n, counts, first_bucket, n_buckets, ranges)
     lookup = F.array(*[F.lit(r) for r in of_bucket])
-    rid = F.coalesce(F.element_at(lookup, (bucket - F.lit(first_bucket) + 1).cast("int")),
-                     F.lit(0))  # a null key sorts first: range 0
+    rid = F.element_at(lookup, (bucket - F.lit(first_bucket) + 1).cast("int"))
     rows = rows.withColumn(_RID, rid.cast("int"))
 
     maxima: dict[tuple[int, int], int | None] = {}

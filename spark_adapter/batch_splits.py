@@ -17,7 +17,8 @@ before it leave::
             code, start, end) cuts its rows into the same segments and runs the engine's
             kernel (``policy.run_columns``) over each from its carried-in state
 
-When the segments overlap (interleaved files, per-device logs), hold a null order key, are
+When the segments overlap (interleaved files, per-device logs), hold a null order key (which
+the range plan refuses), are
 too many, or the replay has clock groups, ``splits_decided`` returns ``None`` and the range
 plan runs instead. Pass 2 checks that it sees exactly the segments pass 1 summarised (count,
 first and last key of each, in order) and fails the job naming the partition if not: an input

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from engine.errors import InputError
 from operators.policies import GoldilocksPolicy
 from spark_support import ROW_SCHEMA, canonical_events, canonical_late, engine_replay_bytes
 from test_batch_replay import _plan
@@ -129,28 +130,21 @@ def test_partitions_that_interleave_fall_back_to_the_ranges(spark):
     assert got[1]
 
 
-_NULL_KEY_DISAGREES = pytest.mark.xfail(
-    strict=True, reason="the range plan leaves the null-key row out of the events, where the "
-    "global window emits it first (no CTI in force yet): the plans disagree on where it sorts")
-
-
-@pytest.mark.parametrize("options", [
-    pytest.param({"group_col": "g"}, id="groups", marks=_NULL_KEY_DISAGREES),
-    pytest.param({}, id="no-groups", marks=_NULL_KEY_DISAGREES)])
-def test_a_null_order_key_falls_back_to_the_ranges(spark, options):
-    """A row with no order key (a user's frame, not ``read_event_log``'s) sorts first, as in
-    Spark's ascending sort: the split plan refuses it, the range plan decides it, with and
-    without clock groups, and gives the global window's rows."""
+@pytest.mark.parametrize("options", [pytest.param({"group_col": "g"}, id="groups"),
+                                     pytest.param({}, id="no-groups")])
+def test_a_null_order_key_is_refused(spark, options):
+    """A row with no order key (a user's frame, not ``read_event_log``'s) has no place in
+    arrival order: the default plan refuses the frame with the count, with and without clock
+    groups, where the range plan once left it out of the events."""
     from spark_adapter import replay
 
     rows = _rows(50)
     rows[10] = (*rows[10][:8], None, 0, 11)  # no order_key
     frame = spark.createDataFrame(rows, ROW_SCHEMA).drop(*([] if options else ["g"]))
-    events, late = replay(frame, delay=3, strategy="scan", **options)
-    assert _RANGE_PLAN in _plan(events)
-    got = [[tuple(r) for r in part.orderBy(*ORDER).collect()] for part in (events, late)]
-    assert got == _reference(frame, delay=3, **options)
-    assert got[1]  # late rows: the comparison can fail
+    with pytest.raises(InputError, match=r"1 row\(s\) have a null order column"):
+        events, late = replay(frame, delay=3, strategy="scan", **options)
+        events.count()
+        late.count()
 
 
 def test_an_input_that_changes_between_the_reads_is_refused(spark, tmp_path):
