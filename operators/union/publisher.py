@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.errors import ClosedError
 from engine.event import Event
-from engine.clock import WALL, Clock
+from engine.clock import Clock
 from engine.executors import as_executor
 from engine.policy import Policy
 from engine.sinks import PublisherBase
