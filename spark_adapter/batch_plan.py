@@ -38,7 +38,9 @@ such form (its CTI is a minimum over the inputs live at each row; see
 from __future__ import annotations
 
 import math
+import operator
 import warnings
+from functools import reduce
 from typing import Any, Iterator, Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -146,7 +148,7 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
     spark = df.sparkSession
     key = F.col(order[0])
     rows = df.withColumn(_D, delayed_cti(policy.delay))
-    no_key = F.count(F.when(F.greatest(*[F.col(c).isNull() for c in order]), 1))
+    no_key = F.count(F.when(reduce(operator.or_, [F.col(c).isNull() for c in order]), 1))
     span = rows.agg(F.min(key), F.max(key), F.count(F.lit(1)), no_key).first()  # job 1
     assert span is not None  # an aggregate without grouping has one row
     lo, hi, n, missing = span
