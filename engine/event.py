@@ -1,4 +1,4 @@
-"""Temporal events: points, intervals and CTIs.
+"""Temporal events: points, intervals, edges and CTIs.
 
 An ``Event`` is a small ``__slots__`` record. Times are ``int`` nanoseconds since the epoch,
 UTC (``engine.times``); the public constructors convert at the edge, the plain constructor
@@ -9,7 +9,12 @@ Shapes (StreamInsight), as lifetimes ``[start, end)``:
 - point: ``end == start + 1`` (one tick, one nanosecond);
 - interval: ``end > start``;
 - CTI (Current Time Increment): ``end is None``; a promise that no later event from the same
-  stream starts before ``start``.
+  stream starts before ``start``;
+- edges (StreamInsight's edge events): a *start edge* opens an event whose end is not known
+  yet (``end == MAX_TIME`` while it is open); its *end edge* closes it, ``[start, end)``.
+  Both carry the edge's ``id``; an end edge closes the open start edge of the same
+  ``source`` with the same ``id`` (TS §7.1, ``operators.edges``). Other events have
+  ``id is None``.
 
 >>> Event.point(5, payload="x", source="A")
 Event.point(5, payload='x', source='A')
@@ -17,6 +22,10 @@ Event.point(5, payload='x', source='A')
 1000000000
 >>> Event.cti(8).is_cti
 True
+>>> Event.start_edge(5, "door-1", source="A")
+Event.start_edge(5, id='door-1', source='A')
+>>> Event.end_edge(5, 9, "door-1", source="A").end
+9
 """
 
 from __future__ import annotations
@@ -26,32 +35,45 @@ from typing import Any
 from engine.errors import InputError
 from engine.times import MAX_TIME, to_ns
 
-__all__ = ["Event", "LateRecord", "POINT", "INTERVAL", "CTI", "KINDS", "DROPPED", "ADJUSTED"]
+__all__ = ["Event", "LateRecord", "POINT", "INTERVAL", "CTI", "START", "END", "KINDS",
+           "EDGE_KINDS", "DROPPED", "ADJUSTED", "UNMATCHED"]
 
 POINT = "point"
 INTERVAL = "interval"
 CTI = "cti"
-KINDS = (POINT, INTERVAL, CTI)
+START = "start"  # a start edge: opens an event whose end is not known yet (TS §7.1)
+END = "end"      # an end edge: closes the open start edge with its source and id (TS §7.1)
+KINDS = (POINT, INTERVAL, CTI, START, END)
+EDGE_KINDS = (START, END)
+
+
+def _edge_id(value: object, what: str) -> str | int:
+    """An edge's id as given: a string or an int (not a bool), else ``InputError``."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise InputError(f"{what}: id {value!r} is not an edge id; expected a string or an integer")
 
 
 class Event:
     """One temporal event. Treat instances as immutable: operators share them."""
 
-    __slots__ = ("kind", "start", "end", "payload", "source")
+    __slots__ = ("kind", "start", "end", "payload", "source", "id")
 
     kind: str
     start: int
     end: int | None
     payload: Any
     source: str | None
+    id: str | int | None
 
     def __init__(self, kind: str, start: int, end: int | None, payload: Any = None,
-                 source: str | None = None) -> None:
+                 source: str | None = None, id: str | int | None = None) -> None:
         self.kind = kind
         self.start = start
         self.end = end
         self.payload = payload
         self.source = source
+        self.id = id  # an edge's id; None for every other kind
 
     # -- constructors that validate and convert at the edge -------------------------------
     @classmethod
@@ -77,6 +99,30 @@ class Event:
         return cls(INTERVAL, s, e, payload, source)
 
     @classmethod
+    def start_edge(cls, start: object, id: str | int, payload: Any = None,
+                   source: str | None = None) -> Event:
+        """A start edge at ``start``: an event whose end is not known yet (TS §7.1)."""
+        s = to_ns(start, what="start edge time")
+        if s >= MAX_TIME:  # TS §1.3: an open lifetime must have room to end
+            raise InputError(f"start edge at {start!r}: the latest instant leaves no room for "
+                             "a lifetime; expected a time before MAX_TIME")
+        return cls(START, s, MAX_TIME, payload, source, _edge_id(id, "start edge"))
+
+    @classmethod
+    def end_edge(cls, start: object, end: object, id: str | int, payload: Any = None,
+                 source: str | None = None) -> Event:
+        """The end edge closing the start edge ``id`` of ``source``: ``[start, end)``, as an
+        interval (``end`` after ``start``, TS §1.3)."""
+        s = to_ns(start, what="end edge start")
+        e = to_ns(end, what="end edge end")
+        if e <= s:
+            raise InputError(
+                f"end edge: end {end!r} ({e} ns) is not after start {start!r} ({s} ns); "
+                "expected end > start"
+            )
+        return cls(END, s, e, payload, source, _edge_id(id, "end edge"))
+
+    @classmethod
     def cti(cls, t: object, source: str | None = None) -> Event:
         """A CTI at ``t``: no later event of this stream starts before ``t``."""
         return cls(CTI, to_ns(t, what="CTI time"), None, None, source)
@@ -93,14 +139,14 @@ class Event:
 
     def with_start(self, start: int) -> Event:
         """A copy whose lifetime starts at ``start`` (used by the ``adjust`` late policy)."""
-        return Event(self.kind, start, self.end, self.payload, self.source)
+        return Event(self.kind, start, self.end, self.payload, self.source, self.id)
 
     def with_source(self, source: str | None) -> Event:
-        return Event(self.kind, self.start, self.end, self.payload, source)
+        return Event(self.kind, self.start, self.end, self.payload, source, self.id)
 
     # -- value semantics ------------------------------------------------------------------
     def _key(self) -> tuple:
-        return (self.kind, self.start, self.end, self.payload, self.source)
+        return (self.kind, self.start, self.end, self.payload, self.source, self.id)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Event:
@@ -111,7 +157,7 @@ class Event:
         try:
             return hash(self._key())
         except TypeError:  # an unhashable payload: hash by time and kind only
-            return hash((self.kind, self.start, self.end, self.source))
+            return hash((self.kind, self.start, self.end, self.source, self.id))
 
     def __repr__(self) -> str:
         extra = ""
@@ -123,6 +169,10 @@ class Event:
             return f"Event.cti({self.start}{extra})"
         if self.kind == POINT:
             return f"Event.point({self.start}{extra})"
+        if self.kind == START:
+            return f"Event.start_edge({self.start}, id={self.id!r}{extra})"
+        if self.kind == END:
+            return f"Event.end_edge({self.start}, {self.end}, id={self.id!r}{extra})"
         return f"Event.interval({self.start}, {self.end}{extra})"
 
     def __reduce__(self):  # picklable for executors and Spark
@@ -131,13 +181,15 @@ class Event:
 
 DROPPED = "dropped"
 ADJUSTED = "adjusted"
+UNMATCHED = "unmatched"  # an edge without its partner, reported (TS §7.5)
 
 
 class LateRecord:
     """The trace a late event leaves on the late side output (TS §3.3): nothing vanishes.
 
     ``input``: the input (device) name; ``event``: the event as it arrived; ``cti``: the CTI it
-    violated (its start was before it); ``action``: ``"dropped"`` or ``"adjusted"``;
+    violated (its start was before it); ``action``: ``"dropped"``, ``"adjusted"`` or, for an
+    edge without its partner, ``"unmatched"`` (TS §7.5);
     ``adjusted``: the clipped event that was emitted instead, for ``"adjusted"``;
     ``reason``: why it was late when more can be said than "before the CTI" — the rule that
     set that CTI (``"quantile"``, ``"max_ahead"``) or the input's own state (``"resumed"``:

@@ -6,6 +6,7 @@ reordering, windows closed by CTIs, fan-out, and the per-element basics.
 
 from operators.basic import filter, map, scan
 from operators.columnar import goldilocks_columns
+from operators.edges import EdgePolicy, EdgeStats, with_edges
 from operators.late import LateOutput, LateStats
 from operators.policies import (
     GoldilocksPolicy,
@@ -34,6 +35,9 @@ from operators.windows import (
 )
 
 __all__ = [
+    "with_edges",
+    "EdgePolicy",
+    "EdgeStats",
     "Union",
     "InputHandle",
     "Emitter",

@@ -25,7 +25,8 @@ def late_outputs(event: Event, high: int, adjust: bool) -> tuple:
     """Outputs for an insert that starts before the CTI in force ``high`` (TS §2.4)."""
     # TS §3.2: still overlaps; a point [s, s+1) with s < high never does (an insert's end is an int)
     if adjust and event.end > high:  # type: ignore[operator]
-        clipped = Event(event.kind, high, event.end, event.payload, event.source)
+        clipped = Event(event.kind, high, event.end, event.payload, event.source,
+                        event.id)
         return clipped, LateRecord(event.source, event, high, ADJUSTED, clipped)  # TS §3.3
     return (LateRecord(event.source, event, high, DROPPED),)  # TS §3.1, §3.3
 

@@ -156,7 +156,7 @@ class GoldilocksPolicy(PolicyBase):
                 if e.start >= high:  # TS §2.4
                     emit(e)
                 elif adjust and e.end > high:  # type: ignore[operator]  # TS §3.2
-                    clipped = Event(e.kind, high, e.end, e.payload, e.source)
+                    clipped = Event(e.kind, high, e.end, e.payload, e.source, e.id)
                     emit(clipped)
                     keep(new(entry, (e.source, e, high, ADJUSTED, clipped)))
                 else:  # TS §3.1

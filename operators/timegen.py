@@ -112,7 +112,8 @@ class AdvanceTime:
             return _NONE
         if last is not None and event.start < last:  # TS §2.4: late
             if self._adjust and event.end > last:  # type: ignore[operator]  # TS §3.2 (an insert's end is an int)
-                clipped = Event(event.kind, last, event.end, event.payload, event.source)
+                clipped = Event(event.kind, last, event.end, event.payload, event.source,
+                                event.id)
                 late: tuple = (clipped, LateRecord(event.source, event, last, ADJUSTED, clipped))
                 event = clipped
             else:

@@ -14,6 +14,10 @@ Windows (TS §6)
     ``reference_windows(stream, size, hop, folds, key=..., clock_delay=...)`` recomputes each
     window's members, its closing CTI and its values from scratch, by the rules.
 
+Edges (TS §7)
+    ``reference_edges(arrivals, delay, on_late, finish=...)``: the Goldilocks policy over
+    arrivals with start and end edges; each edge's partner is found by scanning back from it.
+
 Results
     ``(emitted, late)``: ``emitted`` is the output stream in order — inserts (adjusted ones
     clipped) and CTIs (``source=None``); ``late`` lists one ``LateRecord`` per late insert in
@@ -47,6 +51,8 @@ __all__ = [
     "arrivals_strategy",
     "reference_windows",
     "REFERENCE_FOLDS",
+    "reference_edges",
+    "edge_arrivals_strategy",
 ]
 
 Arrival = Any  # Event | tuple[str, str]  (("join" | "leave", input name))
@@ -362,3 +368,135 @@ def reference_windows(stream: Sequence[Event], size: int, hop: int,
             if after is not None and (before is None or after > before):
                 emitted.append(Event(CTI, after, None, None, None))
     return emitted, late
+
+
+# -- edges (TS §7) --------------------------------------------------------------------------
+
+def reference_edges(arrivals: Sequence[Event], delay: int, on_late: str = "drop",
+                    finish: bool = False) -> tuple[list[Event], list[LateRecord]]:
+    """``with_edges(goldilocks(delay, on_late))`` by brute force, from the rules of TS §7.
+
+    For each arrival the CTI in force is recomputed from every earlier CTI (as
+    ``reference_goldilocks`` does); an edge's partner is found by scanning the earlier
+    arrivals back from it (``held_before``). ``finish`` adds the reports of the start edges
+    still open at the end (``"not_closed"``). No bound on the open edges (``max_open``).
+    """
+    def delayed(e: Event) -> int:
+        return max(e.start - delay, MIN_TIME)
+
+    def in_force(i: int) -> int | None:
+        earlier = [delayed(e) for e in arrivals[:i] if e.kind == CTI]
+        return max(earlier) if earlier else None
+
+    def start_out(j: int) -> Event | None:
+        """What start edge j went out as: itself, clipped (adjust) or None (dropped late)."""
+        e, cti = arrivals[j], in_force(j)
+        if cti is None or e.start >= cti:
+            return e
+        return Event("start", cti, e.end, e.payload, e.source, e.id) if on_late == "adjust" \
+            else None
+
+    def key_of(e: Event) -> tuple:
+        return (e.source, e.id)
+
+    def is_duplicate(j: int) -> bool:
+        held = held_before(key_of(arrivals[j]), j)
+        return held is not None and start_out(held) is not None
+
+    def held_before(key: tuple, i: int) -> int | None:
+        """The start edge of ``key`` held (open, or dropped and remembered) just before
+        arrival i: the latest earlier edge of the key decides."""
+        for k in range(i - 1, -1, -1):
+            e = arrivals[k]
+            if e.kind not in ("start", "end") or key_of(e) != key:
+                continue
+            if e.kind == "end":
+                return None  # it closed what was held, or nothing was held before it either
+            if is_duplicate(k):
+                continue  # a refused duplicate changes nothing
+            return k
+        return None
+
+    emitted: list[Event] = []
+    late: list[LateRecord] = []
+    for i, item in enumerate(arrivals):
+        cti = in_force(i)
+        floor = MIN_TIME if cti is None else cti
+        if item.kind == CTI:
+            d = delayed(item)
+            if cti is None or d > cti:
+                emitted.append(Event(CTI, d, None, None, None))
+        elif item.kind == "start":
+            if is_duplicate(i):
+                late.append(LateRecord(item.source, item, floor, "unmatched", None, "duplicate"))
+                continue
+            out = start_out(i)
+            if out is item:
+                emitted.append(item)
+            elif out is None:
+                late.append(LateRecord(item.source, item, cti, "dropped"))
+            else:
+                emitted.append(out)
+                late.append(LateRecord(item.source, item, cti, "adjusted", out))
+        elif item.kind == "end":
+            held = held_before(key_of(item), i)
+            if held is None:
+                late.append(LateRecord(item.source, item, floor, "unmatched", None, "no_start"))
+                continue
+            out = start_out(held)
+            if out is None:
+                late.append(LateRecord(item.source, item, floor, "dropped", None,
+                                       "start_dropped"))
+                continue
+            end = max(item.end, out.start + 1)
+            is_late = cti is not None and item.end < cti
+            if is_late:
+                end = max(end, cti)
+            closed = Event("end", out.start, end, item.payload, item.source, item.id)
+            emitted.append(closed)
+            if end != item.end:
+                late.append(LateRecord(item.source, item, cti if is_late else floor,
+                                       "adjusted", closed, "end_edge"))
+        else:
+            if cti is not None and item.start < cti:
+                out_, record = _late_outputs(item, cti, on_late)
+                emitted.extend(out_)
+                late.append(record)
+            else:
+                emitted.append(item)
+    if finish:  # TS §7.5: the start edges emitted and never closed, in the order they came
+        final = in_force(len(arrivals))
+        for j, e in enumerate(arrivals):
+            if (e.kind == "start" and held_before(key_of(e), len(arrivals)) == j
+                    and start_out(j) is not None):
+                late.append(LateRecord(e.source, start_out(j),
+                                       MIN_TIME if final is None else final, "unmatched",
+                                       None, "not_closed"))
+    return emitted, late
+
+
+def edge_arrivals_strategy(*, max_sources: int = 3, max_size: int = 40, ids: int = 3):
+    """Arrival lists with points, intervals, CTIs, start and end edges over a few ids, so
+    late edges, duplicates, unmatched and reopened ids are common (imported lazily)."""
+    from hypothesis import strategies as st
+
+    names = "ABCDE"
+    times = st.integers(-20, 60)
+
+    @st.composite
+    def build(draw):
+        k = draw(st.integers(1, max_sources))
+        source = st.sampled_from(names[:k])
+        ident = st.one_of(st.integers(0, ids - 1), st.sampled_from(["x", "y"]))
+        point = st.builds(lambda s, t: Event.point(t, source=s), source, times)
+        interval = st.builds(lambda s, t, n: Event.interval(t, t + n, source=s),
+                             source, times, st.integers(1, 30))
+        cti = st.builds(lambda s, t: Event.cti(t, source=s), source, times)
+        start = st.builds(lambda s, t, i, p: Event.start_edge(t, i, payload=p, source=s),
+                          source, times, ident, st.sampled_from([None, 1]))
+        end = st.builds(lambda s, t, n, i, p: Event.end_edge(t, t + n, i, payload=p, source=s),
+                        source, times, st.integers(1, 30), ident, st.sampled_from([None, 2]))
+        return draw(st.lists(st.one_of(point, interval, cti, cti, start, start, end, end),
+                             max_size=max_size))
+
+    return build()

@@ -40,6 +40,14 @@ JOIN = object()   # arrival markers: the policy sees joins and leaves in arrival
 LEAVE = object()
 
 _SOURCE = attrgetter("source")
+_ID = attrgetter("id")
+
+
+def _no_edges(name: str, event: Event) -> InputError:
+    """An edge event sent to a union whose policy does not decide edges (TS §7.1)."""
+    return InputError(f"union input {name!r} sent the edge event {event!r}; edges need a "
+                      "policy that decides them: Union(with_edges(policy), ...) "
+                      "(operators.edges)")
 
 
 class Batch:
@@ -178,10 +186,13 @@ class Input:
         if event.__class__ is not Event:
             raise TypeError(f"union input {self.name!r} sent {type(event).__name__} "
                             f"{event!r}; expected an engine.Event")
+        if event.id is not None and not self.intake.edges:
+            raise _no_edges(self.name, event)
         if self.tracking:
             self.saw(event)
         if event.source != self.name:
-            return Event(event.kind, event.start, event.end, event.payload, self.name)
+            return Event(event.kind, event.start, event.end, event.payload, self.name,
+                         event.id)
         return event
 
     def accept_many(self, events: Sequence[Event], who: str) -> Sequence[Event]:
@@ -189,7 +200,8 @@ class Input:
         classes and names when, as usual, they are right (then ``events`` itself is queued);
         otherwise every event is checked before any is counted, so a bad one refuses the batch
         whole."""
-        if set(map(type, events)) == {Event} and set(map(_SOURCE, events)) == {self.name}:
+        if (set(map(type, events)) == {Event} and set(map(_SOURCE, events)) == {self.name}
+                and (self.intake.edges or set(map(_ID, events)) == {None})):
             self.arrived(len(events))
             if self.tracking:
                 for event in events:
@@ -295,12 +307,12 @@ class Intake:
     __slots__ = ("name", "prefetch", "max_buffered", "min_credit", "keep_departed",
                  "fail_on_input_error", "fail", "lock", "queue", "inputs", "active", "history",
                  "departed", "forgotten", "forgotten_totals", "added", "output", "closed",
-                 "done", "error", "peak", "rotate", "starved", "low", "align")
+                 "done", "error", "peak", "rotate", "starved", "low", "align", "edges")
 
     def __init__(self, name: str, *, prefetch: int, max_buffered: int, min_credit: int,
                  keep_departed: int, fail_on_input_error: bool,
                  fail: Callable[[BaseException], None], align: Alignment | None = None,
-                 ) -> None:
+                 edges: bool = False) -> None:
         self.name = name
         self.prefetch = prefetch
         self.max_buffered = max_buffered
@@ -326,6 +338,7 @@ class Intake:
         self.starved = False  # some input waits for credit the total bound withheld
         self.low = False      # some input's credit reached its low water: replenish
         self.align = align    # alignment and idleness (TS §4.6, §4.7), if the union has them
+        self.edges = edges    # the policy decides edge events (TS §7); else they are refused
 
     # ---------------------------------------------------------------- joining and leaving
     def new_input(self, name: str | None, prefetch: int | None, imperative: bool) -> Input:

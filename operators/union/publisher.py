@@ -16,6 +16,7 @@ from engine.policy import Policy
 from engine.sinks import PublisherBase
 from engine.sources import failed
 from engine.subscription import check_subscriber
+from operators.edges import EdgePolicy, edge_stats
 from operators.late import LateOutput
 import operators.union.checkpoint as checkpoint
 import operators.union.ways_in as ways_in
@@ -60,6 +61,13 @@ class Union(PublisherBase):
     (``engine.clock``; the wall clock by default, a ``VirtualClock`` in tests and replays).
     See ``operators.union.align``.
 
+    Edge events (TS §7): the union decides them when its policy does —
+    ``Union(with_edges(goldilocks("5s")))`` (``operators.edges``); the open and unmatched
+    edges show in ``stats().edges``, and the start edges still open when the union completes
+    are reported on ``late`` (``"not_closed"``). Under any other policy an edge event is
+    refused where it is sent (``InputError``): an end edge decided as an interval could be
+    dropped while its start edge went out.
+
     The configuration is fixed at construction.
     """
 
@@ -96,7 +104,7 @@ class Union(PublisherBase):
         self._intake = Intake(name, prefetch=prefetch, max_buffered=max_buffered,
                               min_credit=min_credit, keep_departed=keep_departed,
                               fail_on_input_error=fail_on_input_error, fail=self._fail,
-                              align=align)
+                              align=align, edges=isinstance(policy, EdgePolicy))
         if align is not None:
             align.wake = self._intake.grant
         self._merge = Merge(policy, self._intake, self.late, final_cti)
@@ -244,6 +252,10 @@ class Union(PublisherBase):
         if intake.error is not None:
             self.late.error(intake.error)
         else:
+            if isinstance(self.policy, EdgePolicy):  # TS §7.5: the edges never closed
+                merge = self._merge
+                merge.state, records = self.policy.finish(merge.state)
+                self.late.push_many(list(records))
             self.late.complete()
 
     # ================================================================ output
@@ -311,7 +323,8 @@ class Union(PublisherBase):
             self.late.stats(), intake.closed, intake.done, forgotten, self.keep_departed,
             self.min_credit, self.max_drift, self.idle_after,
             sum(s.paused for s in inputs), sum(s.idle for s in inputs),
-            None if intake.align is None else intake.align.floor)
+            None if intake.align is None else intake.align.floor,
+            edge_stats(self.policy, merge.state))
 
     def __repr__(self) -> str:
         return f"Union({self.policy!r}, inputs={len(self._intake.inputs)})"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from operators.edges import EdgeStats
 from operators.late import LateStats
 from operators.union.inputs import Input
 
@@ -69,6 +70,7 @@ class UnionStats:
     paused: int = 0                  # inputs paused now for being ahead
     idle: int = 0                    # inputs idle now
     floor: int | None = None         # least progress of the live, non-idle inputs (TS §4.6)
+    edges: EdgeStats | None = None   # open and unmatched edges (TS §7), under with_edges
 
     def input(self, name: str) -> InputStats:
         """The line of the input named ``name`` (the latest, if the name was reused)."""

@@ -15,9 +15,11 @@ from engine.event import (
     ADJUSTED,
     CTI,
     DROPPED,
+    END,
     INTERVAL,
     KINDS,
     POINT,
+    START,
     Event,
     LateRecord,
 )
@@ -38,7 +40,7 @@ def test_interval_and_cti_shapes():
     c = Event.cti(8, source="A")
     assert (c.kind, c.start, c.end, c.payload, c.is_cti) == (CTI, 8, None, None, True)
     assert Event.cti_infinity().start == MAX_TIME
-    assert KINDS == (POINT, INTERVAL, CTI)
+    assert KINDS == (POINT, INTERVAL, CTI, START, END)
 
 
 def test_constructors_convert_at_the_edge():  # TS §1.1

@@ -1,0 +1,337 @@
+"""Edge events (StreamInsight's start and end edges) under any time policy: ``with_edges``.
+
+A *start edge* opens an event whose end is not known yet; its *end edge*, later, closes it.
+The matching key is ``(source, id)``: an end edge closes the open start edge of the same
+input with the same ``id`` (TS §7.1). ``with_edges(policy)`` wraps a policy so that edges are
+decided by the rules of TS §7 and everything else exactly as the policy alone decides it:
+
+- a start edge is an insert at its start: on time, or late by its start (TS §2.4) and then
+  dropped or — under ``adjust`` — clipped to start at the CTI (its end is open, so it always
+  overlaps, TS §7.2);
+- an end edge is shown to the policy as an insert at its *end*: late when it would end the
+  event before the CTI in force. The end edge of a start edge that was emitted is never
+  dropped: it goes out with the start the start edge went out with, its end moved to the CTI
+  when it was late (an ``"adjusted"`` record, reason ``"end_edge"``), whatever ``on_late``
+  says (TS §7.3); the end edge of a start edge that was dropped is dropped with it (reason
+  ``"start_dropped"``, TS §7.4);
+- unmatched edges are reported, never emitted and never lost (TS §7.5): an end edge without
+  an open start edge (``"no_start"``), a start edge whose id is already open for its input
+  (``"duplicate"``), and every start edge still open when the stream ends (``finish``:
+  ``"not_closed"``; the edge was emitted, the record only reports it) — ``LateRecord`` with
+  the action ``"unmatched"``, counted in ``stats``;
+- the open edges are bounded by ``max_open`` (TS §7.6): when the table is full a start edge
+  takes the place of the oldest one that was dropped late (its end edge will be reported
+  ``"no_start"``), and when none was, it is refused: reported (``"full"``), not emitted,
+  counted. Every step keeps the union's accounting: each edge is emitted once or leaves one
+  record that it was not (TS §3.4).
+
+The state is the policy's state plus the table of open edges, a small frozen value like every
+policy's (DESIGN §1): a step that meets an edge copies the table (O(open edges)); any other
+arrival costs one call more than the policy's own step. Arrivals that are not edges go to the
+policy's ``step_many`` and ``run_columns`` unchanged, so a replay of a log reads its blocks
+without edges on the columnar path (TS §7.7).
+
+>>> from operators.policies import goldilocks
+>>> p = with_edges(goldilocks(2))
+>>> s = p.initial()
+>>> s, out = p.step(s, Event.start_edge(5, "door", source="A"))
+>>> s, out = p.step(s, Event.cti(20, source="A"))          # the CTI in force is now 18
+>>> s, out = p.step(s, Event.end_edge(5, 9, "door", source="A"))  # ends before it: moved
+>>> out[0], out[1].action, out[1].reason
+(Event.end_edge(5, 18, id='door', source='A'), 'adjusted', 'end_edge')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from engine.errors import InputError
+from engine.event import (ADJUSTED, CTI, DROPPED, END, POINT, START, UNMATCHED, Event,
+                          LateRecord)
+from engine.policy import CTI_EMIT, LateEntry, Policy, step_many
+from engine.times import MIN_TIME
+
+__all__ = ["with_edges", "EdgePolicy", "EdgeState", "EdgeStats", "edge_stats",
+           "NO_START", "DUPLICATE", "NOT_CLOSED", "FULL", "START_DROPPED", "END_EDGE",
+           "DEFAULT_MAX_OPEN"]
+
+# the reasons of the records edges leave (LateRecord.reason)
+NO_START = "no_start"            # an end edge without an open start edge (TS §7.5)
+DUPLICATE = "duplicate"          # a start edge whose id is already open for its input (TS §7.5)
+NOT_CLOSED = "not_closed"        # a start edge still open when the stream ended (TS §7.5)
+FULL = "full"                    # a start edge refused: max_open edges are open (TS §7.6)
+START_DROPPED = "start_dropped"  # an end edge whose start edge was dropped late (TS §7.4)
+END_EDGE = "end_edge"            # an end edge whose end was moved to the CTI (TS §7.3)
+
+DEFAULT_MAX_OPEN = 100_000
+
+
+class _Counts(NamedTuple):
+    opened: int = 0      # start edges emitted (adjusted ones included)
+    closed: int = 0      # end edges emitted
+    moved: int = 0       # end edges emitted with their end moved (TS §7.3)
+    dropped: int = 0     # end edges dropped with their start edge (TS §7.4)
+    no_start: int = 0    # end edges without an open start edge (TS §7.5)
+    duplicate: int = 0   # start edges refused: their id was open (TS §7.5)
+    full: int = 0        # start edges refused: max_open edges were open (TS §7.6)
+    forgotten: int = 0   # dropped start edges forgotten to make room (TS §7.6)
+    not_closed: int = 0  # start edges still open at the end (TS §7.5)
+    peak: int = 0        # most entries ever open
+
+
+_ZERO = _Counts()
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeState:
+    """``with_edges``'s state: the policy's own ``inner`` state, ``high`` the last CTI it
+    emitted (``None`` before), ``open`` the edges by ``(source, id)`` — ``(emitted, arrived)``:
+    the start edge as it went out (``None`` if it was dropped late) and as it arrived; in the
+    order they opened. A table in a state is never changed: a step that changes it copies it.
+    """
+
+    inner: Any
+    high: int | None
+    open: dict
+    counts: _Counts
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeStats:
+    """The edges' accounting (TS §7.5, §7.6), in ``Union.stats().edges`` and replay's stats."""
+
+    open: int        # start edges open now (and dropped ones remembered for their end edge)
+    peak: int        # the most ever open
+    max_open: int    # the bound
+    opened: int      # start edges emitted
+    closed: int      # end edges emitted
+    moved: int       # end edges emitted with their end moved to the CTI (TS §7.3)
+    dropped: int     # end edges dropped with their start edge (TS §7.4)
+    no_start: int    # end edges without an open start edge, reported (TS §7.5)
+    duplicate: int   # start edges whose id was already open, reported (TS §7.5)
+    full: int        # start edges refused because max_open were open, reported (TS §7.6)
+    forgotten: int   # dropped start edges forgotten to make room (TS §7.6)
+    not_closed: int  # start edges never closed by the end of the stream, reported (TS §7.5)
+
+    @property
+    def unmatched(self) -> int:
+        """Edges reported without their partner: ``no_start + duplicate + full +
+        not_closed``."""
+        return self.no_start + self.duplicate + self.full + self.not_closed
+
+
+def _last_cti(outputs: Sequence[Any], high: int | None) -> int | None:
+    """The last CTI among a step's ``outputs``, else ``high``."""
+    for out in reversed(outputs):
+        if out.__class__ is Event and out.kind == CTI:
+            return out.start
+    return high
+
+
+def _record(event: Event, cti: int | None, action: str, adjusted: Event | None,
+            reason: str) -> LateRecord:
+    return LateRecord(event.source, event, MIN_TIME if cti is None else cti, action, adjusted,
+                      reason)
+
+
+class EdgePolicy:
+    """A policy that also decides edges (TS §7). Build it with ``with_edges``."""
+
+    __slots__ = ("policy", "max_open", "name", "delay", "on_late")
+
+    def __init__(self, policy: Policy, max_open: int = DEFAULT_MAX_OPEN) -> None:
+        self.policy = policy
+        self.max_open = max_open
+        self.name = policy.name
+        self.delay = policy.delay
+        self.on_late = policy.on_late
+
+    def __repr__(self) -> str:
+        return f"with_edges({self.policy!r}, max_open={self.max_open})"
+
+    def initial(self) -> EdgeState:
+        return EdgeState(self.policy.initial(), None, {}, _ZERO)
+
+    # -- one arrival ----------------------------------------------------------------------
+    def step(self, state: EdgeState, event: Event) -> tuple[EdgeState, tuple]:
+        kind = event.kind
+        if kind == START:
+            return self._start(state, event)
+        if kind == END:
+            return self._end(state, event)
+        inner, outputs = self.policy.step(state.inner, event)
+        high = _last_cti(outputs, state.high) if outputs else state.high
+        if inner is state.inner and high == state.high:
+            return state, outputs
+        return EdgeState(inner, high, state.open, state.counts), outputs
+
+    def _start(self, state: EdgeState, event: Event) -> tuple[EdgeState, tuple]:
+        key = (event.source, event.id)
+        held = state.open.get(key)
+        counts = state.counts
+        if held is not None and held[0] is not None:  # TS §7.5: that id is open already
+            return (EdgeState(state.inner, state.high, state.open,
+                              counts._replace(duplicate=counts.duplicate + 1)),
+                    (_record(event, state.high, UNMATCHED, None, DUPLICATE),))
+        inner, outputs = self.policy.step(state.inner, event)  # TS §7.2: late by its start
+        high = _last_cti(outputs, state.high)
+        emitted = next((o for o in outputs if o.__class__ is Event and o.kind == START), None)
+        table = dict(state.open)
+        if held is None and len(table) >= self.max_open:  # TS §7.6: no room for one more
+            dropped_key = next((k for k, v in table.items() if v[0] is None), None)
+            if dropped_key is None:  # every entry is an open edge: this one is refused
+                return (EdgeState(state.inner, state.high, state.open,
+                                  counts._replace(full=counts.full + 1)),
+                        (_record(event, state.high, UNMATCHED, None, FULL),))
+            del table[dropped_key]  # the oldest dropped start edge's end will be "no_start"
+            counts = counts._replace(forgotten=counts.forgotten + 1)
+        inner, outputs = self.policy.step(state.inner, event)  # TS §7.2: late by its start
+        high = _last_cti(outputs, state.high)
+        emitted = next((o for o in outputs if o.__class__ is Event and o.kind == START), None)
+        table.pop(key, None)  # a start edge dropped before, whose id comes back: reopened
+        table[key] = (emitted, event)
+        if emitted is not None:
+            counts = counts._replace(opened=counts.opened + 1)
+        if len(table) > counts.peak:
+            counts = counts._replace(peak=len(table))
+        return EdgeState(inner, high, table, counts), outputs
+
+    def _end(self, state: EdgeState, event: Event) -> tuple[EdgeState, tuple]:
+        # TS §7.3: an end edge is an insert at its end for the policy (late if it would end
+        # the event before the CTI in force)
+        at = event.end
+        assert at is not None  # an end edge's end is an int (Event.end_edge)
+        probe = Event(POINT, at, at + 1, None, event.source)
+        inner, outputs = self.policy.step(state.inner, probe)
+        late = next((o for o in outputs if o.__class__ is LateRecord), None)
+        high = _last_cti(outputs, state.high)
+        ctis = tuple(o for o in outputs if o.__class__ is Event and o.kind == CTI)
+        key = (event.source, event.id)
+        held = state.open.get(key)
+        counts = state.counts
+        if held is None:  # TS §7.5: nothing open to close
+            counts = counts._replace(no_start=counts.no_start + 1)
+            return (EdgeState(inner, high, state.open, counts),
+                    ctis + (_record(event, high, UNMATCHED, None, NO_START),))
+        table = dict(state.open)
+        del table[key]
+        emitted_start = held[0]
+        if emitted_start is None:  # TS §7.4: its start edge was dropped; so is it
+            counts = counts._replace(dropped=counts.dropped + 1)
+            return (EdgeState(inner, high, table, counts),
+                    ctis + (_record(event, high, DROPPED, None, START_DROPPED),))
+        start = emitted_start.start
+        end = max(at, start + 1)
+        if late is not None and end < late.cti:
+            end = late.cti  # TS §7.3: moved to the CTI, never dropped alone
+        # the end edge goes out with the start its start edge went out with (TS §7.3)
+        closed = Event(END, start, end, event.payload, event.source, event.id)
+        counts = counts._replace(closed=counts.closed + 1)
+        if end == at:
+            return EdgeState(inner, high, table, counts), ctis + (closed,)
+        counts = counts._replace(moved=counts.moved + 1)
+        record = (_record(event, late.cti if late is not None else high, ADJUSTED, closed,
+                          END_EDGE),)
+        return EdgeState(inner, high, table, counts), ctis + (closed,) + record
+
+    def join(self, state: EdgeState, source: str) -> tuple[EdgeState, tuple]:
+        inner, outputs = self.policy.join(state.inner, source)
+        return EdgeState(inner, _last_cti(outputs, state.high), state.open,
+                         state.counts), outputs
+
+    def leave(self, state: EdgeState, source: str) -> tuple[EdgeState, tuple]:
+        inner, outputs = self.policy.leave(state.inner, source)
+        return EdgeState(inner, _last_cti(outputs, state.high), state.open,
+                         state.counts), outputs
+
+    def finish(self, state: EdgeState) -> tuple[EdgeState, tuple]:
+        """The end of the stream: every start edge still open is reported ``"not_closed"``
+        (TS §7.5; it was emitted, and stays so) and forgotten; dropped ones are forgotten."""
+        records = tuple(_record(emitted, state.high, UNMATCHED, None, NOT_CLOSED)
+                        for emitted, _ in state.open.values() if emitted is not None)
+        if not state.open:
+            return state, ()
+        counts = state.counts._replace(not_closed=state.counts.not_closed + len(records))
+        return EdgeState(state.inner, state.high, {}, counts), records
+
+    # -- many arrivals --------------------------------------------------------------------
+    def step_many(self, state: EdgeState, events: Sequence[Event],
+                  ) -> tuple[EdgeState, list[Event], list[LateEntry], list[Event]]:
+        """``step`` over consecutive arrivals (``engine.policy.step_many``): the runs between
+        edges go to the policy's own ``step_many``."""
+        emitted: list[Event] = []
+        late: list[LateEntry] = []
+        ctis: list[Event] = []
+        run: list[Event] = []
+
+        def flush(state: EdgeState) -> EdgeState:
+            if not run:
+                return state
+            inner, e, lt, c = step_many(self.policy, state.inner, run)
+            emitted.extend(e)
+            late.extend(lt)
+            ctis.extend(c)
+            run.clear()
+            high = _last_cti(e, state.high) if c else state.high
+            return EdgeState(inner, high, state.open, state.counts)
+
+        for event in events:
+            kind = event.kind
+            if kind != START and kind != END:
+                run.append(event)
+                continue
+            state = flush(state)
+            state, outputs = self.step(state, event)
+            for out in outputs:
+                if out.__class__ is LateRecord:
+                    late.append(LateEntry(out.input, out.event, out.cti, out.action,
+                                          out.adjusted, out.reason))
+                else:
+                    emitted.append(out)
+        return flush(state), emitted, late, ctis
+
+    def run_columns(self, is_cti: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    state: EdgeState | None = None) -> tuple | None:
+        """The policy's columnar form over rows without edges (the caller hands rows with
+        edges to ``step``), ``None`` when it has none."""
+        run = getattr(self.policy, "run_columns", None)
+        if run is None:
+            return None
+        if state is None:
+            state = self.initial()
+        result = run(is_cti, start, end, state.inner)
+        if result is None:
+            return None
+        action, cti, inner = result
+        high = state.high
+        if len(action) and (action == CTI_EMIT).any():
+            high = int(cti[-1])
+        return action, cti, EdgeState(inner, high, state.open, state.counts)
+
+    def ahead(self, state: EdgeState) -> frozenset:
+        flag = getattr(self.policy, "ahead", None)
+        return frozenset() if flag is None else flag(state.inner)
+
+    def stats(self, state: EdgeState) -> EdgeStats:
+        c = state.counts
+        return EdgeStats(len(state.open), c.peak, self.max_open, c.opened, c.closed, c.moved,
+                         c.dropped, c.no_start, c.duplicate, c.full, c.forgotten, c.not_closed)
+
+
+def with_edges(policy: Policy, *, max_open: int = DEFAULT_MAX_OPEN) -> EdgePolicy:
+    """``policy`` deciding edge events too (TS §7); ``max_open`` bounds the open edges.
+    A policy that already decides edges is returned as it is."""
+    if isinstance(policy, EdgePolicy):
+        return policy
+    if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open <= 0:
+        raise InputError(f"with_edges: max_open={max_open!r}; expected an int > 0")
+    return EdgePolicy(policy, max_open)
+
+
+def edge_stats(policy: Any, state: Any) -> EdgeStats | None:
+    """``policy.stats(state)`` for a policy that decides edges, else ``None``."""
+    return policy.stats(state) if isinstance(policy, EdgePolicy) else None
