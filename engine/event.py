@@ -47,6 +47,19 @@ KINDS = (POINT, INTERVAL, CTI, START, END)
 EDGE_KINDS = (START, END)
 
 
+def _lifetime(what: str, start: object, end: object) -> tuple[int, int]:
+    """``(start, end)`` in ns of an interval or an end edge (``what``); ``end`` must be after
+    ``start`` (TS §1.3), else ``InputError``."""
+    s = to_ns(start, what=f"{what} start")
+    e = to_ns(end, what=f"{what} end")
+    if e <= s:
+        raise InputError(
+            f"{what if what != 'interval' else 'interval event'}: end {end!r} ({e} ns) is not "
+            f"after start {start!r} ({s} ns); expected end > start"
+        )
+    return s, e
+
+
 def _edge_id(value: object, what: str) -> str | int:
     """An edge's id as given: a string or an int (not a bool), else ``InputError``."""
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
@@ -89,13 +102,7 @@ class Event:
     def interval(cls, start: object, end: object, payload: Any = None,
                  source: str | None = None) -> Event:
         """An interval event ``[start, end)``; ``end`` must be after ``start``."""
-        s = to_ns(start, what="interval start")
-        e = to_ns(end, what="interval end")
-        if e <= s:
-            raise InputError(
-                f"interval event: end {end!r} ({e} ns) is not after start {start!r} ({s} ns); "
-                "expected end > start"
-            )
+        s, e = _lifetime("interval", start, end)
         return cls(INTERVAL, s, e, payload, source)
 
     @classmethod
@@ -113,13 +120,7 @@ class Event:
                  source: str | None = None) -> Event:
         """The end edge closing the start edge ``id`` of ``source``: ``[start, end)``, as an
         interval (``end`` after ``start``, TS §1.3)."""
-        s = to_ns(start, what="end edge start")
-        e = to_ns(end, what="end edge end")
-        if e <= s:
-            raise InputError(
-                f"end edge: end {end!r} ({e} ns) is not after start {start!r} ({s} ns); "
-                "expected end > start"
-            )
+        s, e = _lifetime("end edge", start, end)
         return cls(END, s, e, payload, source, _edge_id(id, "end edge"))
 
     @classmethod

@@ -94,13 +94,20 @@ def reference_goldilocks(arrivals: Sequence[Arrival], delay: int,
             d = delayed(item)
             if in_force is None or d > in_force:
                 emitted.append(Event(CTI, d, None, None, None))
-        elif in_force is not None and item.start < in_force:
-            out, record = _late_outputs(item, in_force, on_late)
-            emitted.extend(out)
-            late.append(record)
         else:
-            emitted.append(item)
+            _insert(item, in_force, on_late, emitted, late)
     return emitted, late
+
+
+def _insert(item: Event, in_force: int | None, on_late: str, emitted: list[Event],
+            late: list[LateRecord]) -> None:
+    """An insert under the CTI in force ``in_force``: emitted, or late (TS §2.4, §3)."""
+    if in_force is not None and item.start < in_force:
+        out, record = _late_outputs(item, in_force, on_late)
+        emitted.extend(out)
+        late.append(record)
+    else:
+        emitted.append(item)
 
 
 def reference_max(arrivals: Sequence[Arrival],
@@ -458,12 +465,7 @@ def reference_edges(arrivals: Sequence[Event], delay: int, on_late: str = "drop"
                 late.append(LateRecord(item.source, item, cti if is_late else floor,
                                        "adjusted", closed, "end_edge"))
         else:
-            if cti is not None and item.start < cti:
-                out_, record = _late_outputs(item, cti, on_late)
-                emitted.extend(out_)
-                late.append(record)
-            else:
-                emitted.append(item)
+            _insert(item, cti, on_late, emitted, late)
     if finish:  # TS §7.5: the start edges emitted and never closed, in the order they came
         final = in_force(len(arrivals))
         for j, e in enumerate(arrivals):
