@@ -194,20 +194,22 @@ class RawLines:
 class Columns:
     """A batch of valid records in arrival order, as columns (one row per record).
 
-    ``kind`` int8 (``INSERT``/``CTI``/``JOIN``/``LEAVE``); ``source`` int32 codes into the
+    ``kind`` int8 (``INSERT``/``CTI``/``JOIN``/``LEAVE``/``START``/``END``); ``source`` int32 codes into the
     replay's ``SourceTable``; ``start``/``end`` int64 ns (``end = start + 1`` for points,
-    ``start`` for CTIs, 0 for join/leave); ``has_end`` bool (an interval); ``payload`` a
+    ``start`` for CTIs, ``MAX_TIME`` for a start edge, 0 for join/leave); ``has_end`` bool
+    (an interval); ``ids`` the edges' ids (``None`` when the batch has none); ``payload`` a
     sequence of JSON values (a list or ``Payloads``); ``key`` int64 order key; ``file`` int32
     file index; ``line`` int64 line number; ``raw`` the rows' canonical lines when a scanner
     proved the input lines canonical (``RawLines``), else ``None``.
     """
 
     __slots__ = ("kind", "source", "start", "end", "has_end", "payload", "key", "file", "line",
-                 "raw")
+                 "raw", "ids")
 
     def __init__(self, kind: np.ndarray, source: np.ndarray, start: np.ndarray,
                  end: np.ndarray, has_end: np.ndarray, payload: Sequence[Any], key: np.ndarray,
-                 file: np.ndarray, line: np.ndarray, raw: RawLines | None = None) -> None:
+                 file: np.ndarray, line: np.ndarray, raw: RawLines | None = None,
+                 ids: list[Any] | None = None) -> None:
         self.kind = kind
         self.source = source
         self.start = start
@@ -219,6 +221,8 @@ class Columns:
         self.line = line
         #: rows picked or merged drop it
         self.raw = raw
+        #: the edges' ids (TS §7.1), one per row (``None`` but on edges); ``None``: no edges
+        self.ids = ids
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -227,7 +231,8 @@ class Columns:
         payload = self.payload
         return Columns(self.kind[index], self.source[index], self.start[index], self.end[index],
                        self.has_end[index], [payload[i] for i in index.tolist()],
-                       self.key[index], self.file[index], self.line[index])
+                       self.key[index], self.file[index], self.line[index], None,
+                       None if self.ids is None else [self.ids[i] for i in index.tolist()])
 
     @staticmethod
     def concat(parts: Sequence[Columns]) -> Columns:
@@ -240,4 +245,15 @@ class Columns:
         return Columns(cat([p.kind for p in parts]), cat([p.source for p in parts]),
                        cat([p.start for p in parts]), cat([p.end for p in parts]),
                        cat([p.has_end for p in parts]), payload, cat([p.key for p in parts]),
-                       cat([p.file for p in parts]), cat([p.line for p in parts]))
+                       cat([p.file for p in parts]), cat([p.line for p in parts]), None,
+                       _ids(parts))
+
+
+def _ids(parts: Sequence[Columns]) -> list[Any] | None:
+    """The ids of concatenated parts: ``None`` when none has edges."""
+    if all(p.ids is None for p in parts):
+        return None
+    ids: list[Any] = []
+    for p in parts:
+        ids.extend([None] * len(p) if p.ids is None else p.ids)
+    return ids

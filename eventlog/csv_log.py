@@ -30,7 +30,7 @@ CSV_BYTES = 4 << 20
 CSV_ROWS = 20_000
 
 _CSV_INT = re.compile(r"^[+-]?\d+$")
-_CSV_FIELDS = ("source", "kind", "start", "end", "payload", "seq", "arrival")
+_CSV_FIELDS = ("source", "kind", "start", "end", "payload", "seq", "arrival", "id")
 _INTEGERS = ("start", "end", "arrival", "seq")
 
 

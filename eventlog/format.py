@@ -22,6 +22,8 @@ import orjson
 
 from engine.errors import InputError
 from engine.event import CTI as _CTI_KIND
+from engine.event import END as _END_KIND
+from engine.event import START as _START_KIND
 from engine.event import INTERVAL, Event, LateRecord
 from engine.times import format_rfc3339
 
@@ -30,8 +32,15 @@ __all__ = [
     "CTI",
     "JOIN",
     "LEAVE",
+    "START",
+    "END",
     "KIND_NAMES",
     "KIND_CODES",
+    "EDGE_CODES",
+    "ALL_KIND_CODES",
+    "timed",
+    "edge_line",
+    "edge_line_iso",
     "BAD_RECORD_MODES",
     "TIME_FORMATS",
     "insert_prefix",
@@ -50,8 +59,20 @@ __all__ = [
 
 #: kind codes of the column form, and their names in a record
 INSERT, CTI, JOIN, LEAVE = 0, 1, 2, 3
+#: edges (TS §7): a start edge and an end edge, matched by source and ``id``
+START, END = 4, 5
+#: the kinds the fast scanners read (a block with any other kind is read by the object path)
 KIND_NAMES = ("insert", "cti", "join", "leave")
 KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
+EDGE_CODES = {"start": START, "end": END}
+#: every kind of a record, by name (the object path's)
+ALL_KIND_CODES = {**KIND_CODES, **EDGE_CODES}
+
+
+def timed(kind: Any) -> Any:
+    """Where ``kind`` (codes, a numpy column) is a record with a time: an insert, a CTI or an
+    edge — not a join or a leave."""
+    return (kind <= CTI) | (kind >= START)
 #: what a reader does with a bad record (TS §5.3)
 BAD_RECORD_MODES = ("fail", "skip", "quarantine")
 
@@ -87,6 +108,33 @@ def insert_line(prefix: bytes, start: int, end: int | None, payload: Any) -> byt
     if payload is None:
         return b'%b%d,"end":%d}\n' % (prefix, start, end)
     return b'%b%d,"end":%d,"payload":%b}\n' % (prefix, start, end, _dumps(payload))
+
+
+def edge_line(source: str | None, kind: str, start: int, end: int | None, id: Any,
+              payload: Any, iso: bool = False) -> bytes:
+    """A canonical edge line (TS §7.1): ``source, kind, start, end, id, payload`` — a start
+    edge has no ``end``; ``iso``: RFC 3339 times."""
+    time = iso_time if iso else b"%d".__mod__
+    line = (b'{"source":%b,' % _dumps(source) if source is not None else b"{") + \
+        b'"kind":"%b","start":%b' % (kind.encode(), time(start))
+    if end is not None:
+        line += b',"end":%b' % time(end)
+    line += b',"id":%b' % _dumps(id)
+    if payload is not None:
+        line += b',"payload":%b' % _dumps(payload)
+    return line + b"}\n"
+
+
+def edge_line_iso(source: str | None, kind: str, start: int, end: int | None, id: Any,
+                  payload: Any) -> bytes:
+    """``edge_line`` with RFC 3339 times."""
+    return edge_line(source, kind, start, end, id, payload, True)
+
+
+def _edge_of(event: Event, source: str | None, iso: bool = False) -> bytes:
+    return edge_line(source, event.kind, event.start,
+                     event.end if event.kind == _END_KIND else None, event.id, event.payload,
+                     iso)
 
 
 def cti_line(t: int) -> bytes:
@@ -154,6 +202,8 @@ def encode_event(event: Event) -> bytes:
         if event.source is None:
             return cti_line(event.start)
         return b'{"source":%b,"kind":"cti","start":%d}\n' % (_dumps(event.source), event.start)
+    if event.kind == _START_KIND or event.kind == _END_KIND:
+        return _edge_of(event, event.source)
     end = event.end if event.kind == INTERVAL else None
     return insert_line(insert_prefix(event.source), event.start, end, event.payload)
 
@@ -162,6 +212,8 @@ def encode_late(record: LateRecord, time_format: str = "ns") -> bytes:
     """One late-file line for a ``LateRecord`` (an insert line plus cti, action,
     adjusted_start, reason); ``time_format="iso"``: with RFC 3339 times."""
     ev = record.event
+    if ev.kind == _START_KIND or ev.kind == _END_KIND:
+        return _late_edge(record, time_format == "iso")
     end = ev.end if ev.kind == INTERVAL else None
     adjusted = record.adjusted.start if record.adjusted is not None else None
     if time_format == "iso":
@@ -169,3 +221,23 @@ def encode_late(record: LateRecord, time_format: str = "ns") -> bytes:
         return late_line_iso(line, record.cti, record.action, adjusted, record.reason)
     line = insert_line(insert_prefix(record.input), ev.start, end, ev.payload)
     return late_line(line, record.cti, record.action, adjusted, record.reason)
+
+
+def _late_edge(record: LateRecord, iso: bool) -> bytes:
+    """The late-file line of an edge's record (TS §7.5): the edge's line plus ``cti``,
+    ``action``, what was changed when it was adjusted (``adjusted_start`` of a clipped start
+    edge, ``adjusted_start``/``adjusted_end`` of an end edge that went out otherwise than it
+    came) and the ``reason``."""
+    ev = record.event
+    time = iso_time if iso else b"%d".__mod__
+    line = _edge_of(ev, record.input, iso)[:-2] + b',"cti":%b,"action":"%b"' % (
+        time(record.cti), record.action.encode())
+    out = record.adjusted
+    if out is not None:
+        if out.start != ev.start:
+            line += b',"adjusted_start":%b' % time(out.start)
+        if ev.kind == _END_KIND and out.end != ev.end:
+            line += b',"adjusted_end":%b' % time(out.end)  # type: ignore[arg-type]
+    if record.reason is not None:
+        line += b',"reason":%b' % _dumps(record.reason)
+    return line + b"}\n"

@@ -25,7 +25,7 @@ __all__ = ["CHUNK_BYTES", "read_jsonl", "object_columns"]
 CHUNK_BYTES = 4 << 20
 
 _loads = orjson.loads
-_FIELDS = ("source", "kind", "start", "end", "payload")
+_FIELDS = ("source", "kind", "start", "end", "payload", "id")
 _UNREADABLE: Any = type("Unreadable", (), {})()
 
 

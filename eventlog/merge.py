@@ -16,7 +16,7 @@ from engine.errors import InputError
 
 from eventlog.columns import Columns, SourceTable
 from eventlog.csv_log import read_csv
-from eventlog.format import CTI, KIND_NAMES, log_format
+from eventlog.format import ALL_KIND_CODES, END, START, log_format, timed
 from eventlog.jsonl import read_jsonl
 from eventlog.parquet import read_parquet
 from eventlog.records import BadRecords, FileState, time_scale
@@ -112,7 +112,7 @@ def by_time(chunks: Iterable[Columns]) -> Iterator[Columns]:
     high = np.iinfo(np.int64).min
     for chunk in chunks:
         if len(chunk):
-            times = np.where(chunk.kind <= CTI, chunk.start, high)
+            times = np.where(timed(chunk.kind), chunk.start, high)
             times[0] = max(int(times[0]), high)
             chunk.key = np.maximum.accumulate(times)
             high = int(chunk.key[-1])
@@ -176,7 +176,8 @@ def _merge(readers: list[_FileReader], check: bool = True) -> Iterator[Columns]:
 def read_records(paths: Iterable[str | os.PathLike[str]], *, bad_records: str = "fail",
                  quarantine: BinaryIO | None = None,
                  time_unit: str | None = None) -> Iterable[dict[str, Any]]:
-    """Merged records as plain dicts (``source, kind, start, end, payload, file, line``).
+    """Merged records as plain dicts (``source, kind, start, end, payload, file, line``;
+    an edge's also ``id``, and a start edge's ``end`` is ``None``).
 
     A convenience for tests and small tools: one dict per record, in replay order (TS §5.2);
     memory is one chunk per file. Replay itself works on the columns. ``time_unit``: the
@@ -184,16 +185,20 @@ def read_records(paths: Iterable[str | os.PathLike[str]], *, bad_records: str = 
     """
     table = SourceTable()
     bad = BadRecords(bad_records, quarantine)
+    names = {code: name for name, code in ALL_KIND_CODES.items()}
     for chunk in merge_columns([os.fspath(p) for p in paths], table=table, bad=bad,
                                time_unit=time_unit):
-        for k, s, st, en, he, pl, f, ln in zip(chunk.kind.tolist(), chunk.source.tolist(),
-                                               chunk.start.tolist(), chunk.end.tolist(),
-                                               chunk.has_end.tolist(), chunk.payload,
-                                               chunk.file.tolist(), chunk.line.tolist()):
-            rec: dict[str, Any] = {"source": table.name(s), "kind": KIND_NAMES[k]}
-            if k <= CTI:
+        ids = chunk.ids or [None] * len(chunk)
+        for k, s, st, en, he, pl, f, ln, i in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                                  chunk.start.tolist(), chunk.end.tolist(),
+                                                  chunk.has_end.tolist(), chunk.payload,
+                                                  chunk.file.tolist(), chunk.line.tolist(), ids):
+            rec: dict[str, Any] = {"source": table.name(s), "kind": names[k]}
+            if timed(k):
                 rec["start"] = st
-                rec["end"] = en if he else None
+                rec["end"] = en if he or k == END else None
+            if k == START or k == END:
+                rec["id"] = i
             rec["payload"] = pl
             rec["file"] = f
             rec["line"] = ln

@@ -27,7 +27,7 @@ __all__ = ["PARQUET_ROWS", "read_parquet"]
 #: rows per batch of the Parquet reader
 PARQUET_ROWS = 65_536
 
-_COLUMNS = ("seq", "source", "kind", "start", "end", "payload", "arrival")
+_COLUMNS = ("seq", "source", "kind", "start", "end", "payload", "arrival", "id")
 
 
 class _Rows:

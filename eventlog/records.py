@@ -24,7 +24,13 @@ rule                a row breaks it when
 ``END_*``           an interval whose ``end`` is not an instant, or not after its start
 ``KEY_*``           the file's order key (TS §5.2): missing, not an instant or an int64,
                     or before the previous good record's
+``EDGE_END``        a start edge with an ``end`` (its end edge closes it, TS §7.1)
+``EDGE_NO_END``     an end edge without an ``end``
+``EDGE_ID``         an edge whose ``id`` is missing or not a string or an integer
 ==================  ===============================================================
+
+(The edge rules are checked where they belong in that order: ``EDGE_END`` with the CTI's,
+``EDGE_NO_END`` before ``END_*``, ``EDGE_ID`` after them.)
 
 The order key is the first good record's ``arrival``, else its ``seq``, else its position.
 
@@ -49,7 +55,7 @@ from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, forma
                           looks_unscaled)
 
 from eventlog.columns import Columns, Payloads, RawLines, SourceTable
-from eventlog.format import BAD_RECORD_MODES, CTI, INSERT
+from eventlog.format import BAD_RECORD_MODES, CTI, END, INSERT, JOIN, LEAVE, START
 
 __all__ = [
     "ABSENT", "NULL", "INT", "NS", "BIG", "BAD",
@@ -143,6 +149,8 @@ class RawColumns:
     unreadable: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     counted: np.ndarray | None = None
     raw: RawLines | None = None
+    #: the ``id`` of each record as found (``MISSING`` where none; ``None``: no such field)
+    ids: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -215,7 +223,7 @@ class FileState:
 (UNREADABLE, NOT_A_RECORD, KIND_MISSING, KIND_UNKNOWN, SOURCE_MISSING, SOURCE_TYPE,
  START_MISSING, START_BAD, START_UNSCALED, START_RANGE, CTI_END, CTI_PAYLOAD, POINT_AT_MAX,
  END_BAD, END_UNSCALED, END_RANGE, END_ORDER, KEY_MISSING, KEY_BAD, KEY_UNSCALED, KEY_RANGE,
- KEY_ORDER) = range(1, 23)
+ KEY_ORDER, EDGE_END, EDGE_NO_END, EDGE_ID) = range(1, 26)
 
 #: the span of the integers ``looks_unscaled`` refuses: a column's minimum (or maximum)
 #: mostly shows that it holds none of them
@@ -302,7 +310,10 @@ def _verdict(raw: RawColumns, st: FileState) -> _Verdict:
         rules.add(KIND_UNKNOWN, kind == BAD_KIND)
     is_cti = kind == CTI
     insert = kind == INSERT
-    timed = insert | is_cti
+    start_edge = kind == START
+    end_edge = kind == END
+    edge = start_edge | end_edge
+    timed = insert | is_cti | edge
     source = raw.source
     if (source < 0).any():
         rules.add(SOURCE_MISSING, (source == NO_SOURCE) & ~is_cti)
@@ -313,11 +324,16 @@ def _verdict(raw: RawColumns, st: FileState) -> _Verdict:
     given_end = raw.end.state > NULL
     rules.add(CTI_END, is_cti & given_end)
     rules.add(CTI_PAYLOAD, is_cti & raw.has_payload)
+    rules.add(EDGE_END, start_edge & given_end)  # TS §7.1: its end edge says when it ends
     point = insert & ~given_end
-    rules.add(POINT_AT_MAX, point & (start == MAX_TIME))
+    rules.add(POINT_AT_MAX, (point | start_edge) & (start == MAX_TIME))
+    rules.add(EDGE_NO_END, end_edge & ~given_end)
     interval = insert & given_end
-    end = rules.instant(raw.end, interval, scale, END_BAD)
-    rules.add(END_ORDER, interval & (end <= start))
+    ended = interval | end_edge
+    end = rules.instant(raw.end, ended, scale, END_BAD)
+    rules.add(END_ORDER, ended & (end <= start))
+    if edge.any():
+        rules.add(EDGE_ID, edge & ~_ids_ok(raw.ids, edge))
 
     mode = st.mode
     if mode is None:
@@ -347,11 +363,23 @@ def _verdict(raw: RawColumns, st: FileState) -> _Verdict:
         before[1:] = np.maximum(running[:-1], st.last_key)
         rules.add(KEY_ORDER, good_so_far & (key < before))  # TS §5.2
     has_end = interval
-    end = np.where(interval, end, np.where(is_cti, start, start + 1))
+    end = np.where(ended, end, np.where(is_cti, start, np.where(start_edge, MAX_TIME, start + 1)))
     if not timed.all():
         start = np.where(timed, start, 0)
         end = np.where(timed, end, 0)
     return _Verdict(rules.code, mode, start, end, has_end, key, before)
+
+
+def _ids_ok(ids: list[Any] | None, edge: np.ndarray) -> np.ndarray:
+    """Where an edge's id is a string or an integer (TS §7.1); rows that are no edge pass."""
+    ok = np.ones(len(edge), np.bool_)
+    if ids is None:
+        ok[edge] = False
+        return ok
+    for i in np.flatnonzero(edge).tolist():
+        value = ids[i]
+        ok[i] = type(value) is str or type(value) is int
+    return ok
 
 
 def _columns(raw: RawColumns, v: _Verdict, st: FileState, good: np.ndarray | None) -> Columns:
@@ -376,7 +404,12 @@ def _columns(raw: RawColumns, v: _Verdict, st: FileState, good: np.ndarray | Non
                 if lookup[code] < 0:
                     lookup[code] = table.add(raw.names[code])
         source = np.where(source >= 0, lookup[np.maximum(source, 0)], -1).astype(np.int32)
-    control = kind > CTI  # join and leave carry no payload
+    ids = None
+    if raw.ids is not None and ((kind == START) | (kind == END)).any():
+        is_edge = ((raw.kind == START) | (raw.kind == END)).tolist()
+        found = [i if e else None for i, e in zip(raw.ids, is_edge)]
+        ids = found if good is None else [i for i, g in zip(found, good.tolist()) if g]
+    control = (kind == JOIN) | (kind == LEAVE)  # join and leave carry no payload
     if control.any():
         if isinstance(payload, Payloads):
             payload = _drop_payloads(payload, control)
@@ -392,7 +425,7 @@ def _columns(raw: RawColumns, v: _Verdict, st: FileState, good: np.ndarray | Non
                 and (st.scale is None or st.scale == 1))
     return Columns(kind, source, start, end, has_end, payload, key,
                    np.full(n, st.index, np.int32), lines,
-                   raw.raw.seal() if keep_raw and raw.raw is not None else None)
+                   raw.raw.seal() if keep_raw and raw.raw is not None else None, ids)
 
 
 def _drop_payloads(payload: Payloads, rows: np.ndarray) -> Payloads:
@@ -427,7 +460,7 @@ def settle(raw: RawColumns, st: FileState) -> Columns:
 
 _NONE_TYPE = type(None)
 _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
-_KIND_LIST = "expected one of insert, cti, join, leave"
+_KIND_LIST = "expected one of insert, cti, join, leave, start, end"
 
 
 def _json_type(value: Any) -> str:
@@ -501,11 +534,22 @@ def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordErr
     if rule == POINT_AT_MAX:  # TS §1.3: a point lives one tick, and none is left
         return st.error(line, f"a point at {int(v.start[i])}, the latest instant, has no room "
                         "for its one-tick lifetime; expected a start before it", "start")
+    if rule == EDGE_END:
+        return st.error(line, "a start edge has no end: its end edge closes it (kind \"end\" "
+                        "with the same id); remove it", "end")
+    if rule == EDGE_NO_END:
+        return st.error(line, "missing on an end edge; expected the instant the edge's event "
+                        "ends", "end")
     if END_BAD <= rule <= END_RANGE:
         return st.error(line, _instant_message(obj["end"], rule - END_BAD, st.scale), "end")
     if rule == END_ORDER:
         return st.error(line, f"interval end {int(v.end[i])} is not after start "
                         f"{int(v.start[i])}; expected end > start", "end")
+    if rule == EDGE_ID:
+        value = obj.get("id", MISSING)
+        found = "missing" if value is MISSING else f"{_dumps(value)} is a {_json_type(value)}"
+        return st.error(line, f"{found} on {'an end' if kind == 'end' else 'a start'} edge; expected a string or an integer "
+                        "naming the edge (its start and end edges share it)", "id")
     mode = v.mode
     assert mode is not None
     if rule == KEY_MISSING:

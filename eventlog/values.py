@@ -22,7 +22,7 @@ from engine.errors import TimeFormatError
 from engine.times import to_ns
 
 from eventlog.columns import PAD, words_of
-from eventlog.format import KIND_CODES
+from eventlog.format import ALL_KIND_CODES
 from eventlog.iso import iso_ns
 from eventlog.records import (ABSENT, BAD, BAD_KIND, BAD_SOURCE, BIG, INT, MISSING, NO_KIND,
                               NO_SOURCE, NOT_RECORD, NS, NULL, RawColumns, Times)
@@ -127,7 +127,7 @@ def _iso_column(values: list[Any], n: int) -> Times | None:
     return Times(value, state)
 
 
-_KIND_OF: dict[Any, int] = {**KIND_CODES, MISSING: NO_KIND}
+_KIND_OF: dict[Any, int] = {**ALL_KIND_CODES, MISSING: NO_KIND}
 
 
 def _kinds(values: list[Any]) -> np.ndarray:
@@ -164,7 +164,7 @@ def from_fields(fields: dict[str, list[Any]], lines: np.ndarray, *,
                 not_record: np.ndarray | None = None,
                 counted: np.ndarray | None = None) -> RawColumns:
     """``RawColumns`` from Python values per field (``source``, ``kind``, ``start``, ``end``,
-    ``payload``, ``seq``, ``arrival``; ``MISSING`` where a record has no such field): the
+    ``payload``, ``seq``, ``arrival``, ``id``; ``MISSING`` where a record has no such field): the
     object path of every format. ``not_record``: rows that are not objects."""
     n = len(lines)
     none = [MISSING] * n
@@ -180,4 +180,4 @@ def from_fields(fields: dict[str, list[Any]], lines: np.ndarray, *,
                       times_of(fields.get("end", none)), times_of(fields.get("seq", none), False),
                       times_of(fields.get("arrival", none)), payload, has_payload,
                       objects=objects, text=text, unreadable=dict(unreadable or {}),
-                      counted=counted)
+                      counted=counted, ids=fields.get("id"))

@@ -82,7 +82,7 @@ class EventLogWriter:
         self.close()
 
 
-_FIELD_ORDER = ("seq", "arrival", "source", "kind", "start", "end", "payload")
+_FIELD_ORDER = ("seq", "arrival", "source", "kind", "start", "end", "id", "payload")
 
 
 def write_log(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> int:
@@ -123,7 +123,11 @@ def write_log(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> 
                                  for r in rows], pa.string()),
             "arrival": pa.array(times("arrival"), pa.int64()),
         }
-        for optional in ("seq", "arrival"):
+        ids = [r.get("id") for r in rows]  # an edge's id (TS §7.1): text if any is text
+        text_ids = any(isinstance(i, str) for i in ids)
+        columns["id"] = pa.array([None if i is None else str(i) if text_ids else i for i in ids],
+                                 pa.string() if text_ids else pa.int64())
+        for optional in ("seq", "arrival", "id"):
             if not any(optional in r for r in rows):
                 del columns[optional]
         pq.write_table(pa.table(columns), path)

@@ -19,7 +19,7 @@ import argparse
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from engine.errors import GoldilocksError, InputError, UsageError
 
@@ -437,8 +437,24 @@ def print_summary(stats, file=None) -> None:
     per_file = [f"{f.path}: {f.skipped}" for f in stats.files if f.skipped]
     if per_file:
         extra.append("by file: " + ", ".join(per_file))
+    edges = stats.edges
+    if edges is not None and (edges.opened or edges.unmatched or edges.dropped):
+        extra.append(_edges_line(edges))  # TS §7.5
     extra.append(f"{stats.records} records in {stats.seconds:.2f}s")
     console.print("; ".join(extra), highlight=False)
+
+
+def _edges_line(e: Any) -> str:
+    """The edges' part of replay's summary (TS §7.5): what opened and closed, and every
+    unmatched kind that occurred."""
+    parts = [f"edges: {e.opened} opened, {e.closed} closed"]
+    for count, what in ((e.moved, "ends moved to the CTI"), (e.dropped, "ends dropped with "
+                        "their start"), (e.no_start, "ends without a start"),
+                        (e.duplicate, "duplicate starts"), (e.full, "starts refused (full)"),
+                        (e.not_closed, "never closed")):
+        if count:
+            parts.append(f"{count} {what}")
+    return ", ".join(parts)
 
 
 register_command(Command("replay", "replay recorded event logs through a CTI policy",

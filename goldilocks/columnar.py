@@ -26,13 +26,16 @@ from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
 from eventlog import CTI, INSERT, JOIN, LEAVE, Columns, SourceTable, insert_prefix
 from eventlog.columns import PAD, Payloads, RawLines, gather
 from eventlog.format import cti_line, cti_line_iso, iso_time
+from eventlog.format import START, timed as timed_kind
 from eventlog.write_columns import decimals, insert_lines, iso_times, late_text
+from goldilocks.edge_rows import NO_ACTION, finish_lines, step_chunk
 from goldilocks.outputs import Output
 from operators.robust_columns import REASONS
+from operators.edges import edge_stats
 
 __all__ = ["Tally", "run_columnar", "write_lines", "chunk_lines"]
 
-_NO_ACTION = 9  # join/leave rows in the columnar decision column
+_NO_ACTION = NO_ACTION  # join/leave rows in the columnar decision column
 
 
 @dataclass
@@ -60,6 +63,7 @@ class Tally:
     adjusted_total: int = 0
     final: int | None = None
     plot: tuple[np.ndarray, ...] | None = None
+    edges: Any = None  # the edges' accounting (operators.edges.EdgeStats), if any
 
 
 class _Counts:
@@ -120,9 +124,14 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
         source = chunk.source
         start = chunk.start
         is_cti = kind == CTI
-        timed = kind <= CTI
+        timed = timed_kind(kind)
         why = None
-        if by_source is not None:  # every row, joins and leaves included
+        edges = chunk.ids is not None and bool((kind >= START).any())
+        if edges:  # TS §7.7: the kernels know no edges; the policy's step decides the block
+            action, cti, state, text, late_text_ = step_chunk(pol, chunk, state, names, iso,
+                                                              late_out.file is not None)
+            kind = np.where(kind >= START, INSERT, kind)  # counted as the inserts they are
+        elif by_source is not None:  # every row, joins and leaves included
             change = (kind == JOIN).astype(np.int8) - (kind == LEAVE).astype(np.int8)
             action, cti, why, state = by_source(is_cti, change, source, start, chunk.end,
                                                 names, state)
@@ -172,10 +181,19 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
             plot_parts.append((source[timed], start[timed], is_cti[timed], is_late[timed],
                                rows_index[emit_cti_rows], cti[emit_cti_rows]))
             timed_before += int(timed.sum())
-        write_lines(chunk_lines(chunk, prefixes, iso), action, cti, out, late_out, iso, why)
+        if edges:
+            out.write(text)
+            late_out.write(late_text_)
+        else:
+            write_lines(chunk_lines(chunk, prefixes, iso), action, cti, out, late_out, iso, why)
         del chunk
         if after is not None:
             after(state, now)
+    if state is None:  # no rows at all
+        state = pol.initial()
+    state, text, _ = finish_lines(pol, state, iso)  # TS §7.5: the edges never closed
+    late_out.write(text)
+    tally.edges = edge_stats(pol, state)
 
     if plot:
         dtypes = (np.int32, np.int64, np.bool_, np.bool_, np.int64, np.int64)

@@ -37,14 +37,14 @@ from typing import Any, BinaryIO, Callable, Iterable, Protocol, Sequence
 import numpy as np
 
 from engine.errors import InputError, UsageError
-from engine.event import ADJUSTED, CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
+from engine.event import ADJUSTED, CTI as CTI_KIND, Event, LateRecord
 from engine.policy import Policy
 from engine.times import to_duration_ns
 from eventlog import (
     BAD_RECORD_MODES,
     CTI,
-    INSERT,
     JOIN,
+    LEAVE,
     MERGES,
     TIME_FORMATS,
     BadRecords,
@@ -53,14 +53,14 @@ from eventlog import (
     cti_line,
     cti_line_iso,
     encode_late,
-    insert_line,
-    insert_line_iso,
-    insert_prefix,
     merge_columns,
     time_scale,
 )
+from eventlog.format import timed
 from goldilocks.ahead import ahead
 from goldilocks.columnar import Tally, run_columnar
+from goldilocks.edge_rows import event_line, finish_lines, row_event
+from operators.edges import EdgeStats, edge_stats, with_edges
 from goldilocks.outputs import Output, check_outputs, is_path, open_sinks
 from goldilocks.resume import DEFAULT_EVERY, ReplayCheckpoint
 from operators.policies import resolve_policy
@@ -197,6 +197,8 @@ class ReplayStats:
     final_cti: int | None
     seconds: float = field(compare=False)
     plot: PlotData | None = field(default=None, compare=False, repr=False)
+    #: the edges' accounting (TS §7.5, §7.6): open at the end, unmatched, moved, ...
+    edges: EdgeStats | None = None
 
     @property
     def events_per_second(self) -> float:
@@ -342,7 +344,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     path_list = [os.fspath(p) for p in paths]
     if not path_list:
         raise InputError("replay: no event logs given; expected at least one path")
-    pol = resolve(policy, delay, on_late)
+    pol = with_edges(resolve(policy, delay, on_late))  # TS §7: a log may hold edges
     factor = _speed(speed)
     check_time_options(time_unit, time_format)
     if merge not in MERGES:
@@ -444,7 +446,8 @@ def _stats(tally: Tally, path_list: list[str], skipped_by: dict[str, int], pol: 
         adjusted=tally.adjusted_total, skipped=skipped if mode == "skip" else 0,
         quarantined=skipped if mode == "quarantine" else 0, final_cti=tally.final,
         seconds=time.perf_counter() - began,
-        plot=None if tally.plot is None else PlotData(tuple(tally.names), *tally.plot))
+        plot=None if tally.plot is None else PlotData(tuple(tally.names), *tally.plot),
+        edges=tally.edges)
 
 
 def _inputs(t: Tally) -> tuple[InputStats, ...]:
@@ -472,7 +475,6 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
     """``policy.step`` per record, each output encoded on its own (``eventlog.format``).
     ``resume`` and ``after`` as for ``run_columnar``."""
     step, join, leave = pol.step, pol.join, pol.leave
-    encode_insert = insert_line_iso if iso else insert_line
     encode_cti = cti_line_iso if iso else cti_line
     time_format = "iso" if iso else "ns"
     state = pol.initial()
@@ -533,10 +535,11 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
             for lst in (received, inserts, ctis, emitted, late, adjusted, control, ctis_out):
                 lst.extend([0] * size)
             size *= 2
-        for k, s, st, en, he, pl, key in zip(chunk.kind.tolist(), chunk.source.tolist(),
-                                              chunk.start.tolist(), chunk.end.tolist(),
-                                              chunk.has_end.tolist(), chunk.payload,
-                                              chunk.key.tolist()):
+        for k, s, st, en, he, pl, key, id_ in zip(chunk.kind.tolist(), chunk.source.tolist(),
+                                                   chunk.start.tolist(), chunk.end.tolist(),
+                                                   chunk.has_end.tolist(), chunk.payload,
+                                                   chunk.key.tolist(),
+                                                   chunk.ids or [None] * len(chunk)):
             name = names[s] if s >= 0 else None
             if paced:
                 if origin is None:
@@ -550,12 +553,7 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
                         out.file.flush()
                     clock.sleep(wait)
             i = s + 1
-            if k == INSERT:
-                ev = Event(INTERVAL if he else POINT, st, en, pl, name)
-                received[i] += 1
-                inserts[i] += 1
-                state, outs = step(state, ev)
-            elif k == CTI:
+            if k == CTI:
                 received[i] += 1
                 ctis[i] += 1
                 last_cti[s] = st
@@ -563,10 +561,14 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
             elif k == JOIN:
                 control[i] += 1
                 state, outs = join(state, names[s])  # joins and leaves name their input
-            else:
+            elif k == LEAVE:
                 control[i] += 1
                 state, outs = leave(state, names[s])
-            if plot and k <= CTI:
+            else:  # an insert or an edge (TS §7)
+                received[i] += 1
+                inserts[i] += 1
+                state, outs = step(state, row_event(k, st, en, he, pl, name, id_))
+            if plot and timed(k):
                 plot_rows.append((s, st, k == CTI, False))
             for o in outs:
                 if isinstance(o, LateRecord):
@@ -587,12 +589,7 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
                     if plot:
                         plot_ctis.append((len(plot_rows) - 1, o.start))
                 else:
-                    src = o.source
-                    pre = prefixes.get(src)
-                    if pre is None:
-                        pre = prefixes[src] = insert_prefix(src)
-                    buf.append(encode_insert(pre, o.start,
-                                             o.end if o.kind == INTERVAL else None, o.payload))
+                    buf.append(event_line(o, prefixes, iso))
                     emitted[i] += 1
                     n_emitted += 1
             records += 1
@@ -600,6 +597,8 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
         write_late(b"".join(lbuf))
         if after is not None:
             after(state, now)
+    state, text, _ = finish_lines(pol, state, iso)  # TS §7.5: the edges never closed
+    write_late(text)
     drawn = None
     if plot:
         rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 4)
@@ -608,4 +607,4 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
                  rows[:, 3].astype(bool), cr[:, 0], cr[:, 1])
     return Tally(names, received, inserts, ctis, emitted, late, adjusted, control, ctis_out,
                  last_cti, last_out, per_file, records, n_emitted, n_ctis, n_late, n_adjusted,
-                 final, drawn)
+                 final, drawn, edge_stats(pol, state))

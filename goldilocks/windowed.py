@@ -38,12 +38,15 @@ import orjson
 
 from engine.errors import InputError, UsageError
 from engine.event import CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
-from engine.policy import CTI_EMIT, EMIT, EMIT_ADJUSTED, Policy
-from eventlog import (CTI, INSERT, JOIN, BadRecords, Columns, SourceTable, encode_late,
+from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
+from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
                       iso_time, merge_columns)
+from eventlog.format import END, START, timed as timed_kind
 from goldilocks.ahead import ahead
+from goldilocks.edge_rows import finish_lines, row_event, step_chunk
 from goldilocks.outputs import check_outputs, open_sinks
 from goldilocks.replay import COLUMNAR, ELEMENT, columnar_ok, check_time_options, resolve
+from operators.edges import with_edges
 from operators.window_columns import WindowColumns
 from operators.windows import (WINDOW_CLOSED, Fold, WindowResult, Windows, WindowSpec,
                                hopping_spec, parse_fold, tumbling_spec)
@@ -104,8 +107,13 @@ def window_row(start: int, end: int, key: str | None, count: int,
     return row + b"}\n"
 
 
+def _folded(chunk: Columns) -> np.ndarray:
+    """The rows windows fold: inserts and start edges (an end edge is passed over, TS §7.8)."""
+    return (chunk.kind == INSERT) | (chunk.kind == START)
+
+
 class _Keys:
-    """The window key of each insert row: its input (``source``) or a payload field (a
+    """The window key of each row folded: its input (``source``) or a payload field (a
     string, or the row is refused naming its file and line)."""
 
     def __init__(self, key: str | None, paths: Sequence[str], table: SourceTable) -> None:
@@ -120,7 +128,7 @@ class _Keys:
         ``ctis``: a CTI of an input gets its input's code too (per-key clocks)."""
         if self.key is None:
             return np.full(len(chunk), -1, np.int32)
-        is_insert = chunk.kind == INSERT
+        is_insert = _folded(chunk)
         if ctis:
             assert self.key == "source"  # a CTI names its input, never a payload field
             is_insert = is_insert | ((chunk.kind == CTI) & (chunk.source >= 0))
@@ -187,7 +195,7 @@ class _Fields:
             yield chunk
 
     def _observe(self, chunk: Columns) -> None:
-        inserts = chunk.kind == INSERT
+        inserts = _folded(chunk)
         wanted = [f for f in self.folds if f.field in self.missing]
         for f, column in zip(wanted, _values(wanted, chunk)):
             if (~np.isnan(column[inserts])).any():
@@ -239,7 +247,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     path_list = [os.fspath(p) for p in paths]
     if not path_list:
         raise InputError("replay: no event logs given; expected at least one path")
-    pol = resolve(policy, delay, on_late)
+    pol = with_edges(resolve(policy, delay, on_late))  # TS §7: a log may hold edges
     spec = (tumbling_spec(window) if hop is None else hopping_spec(window, hop))
     folds = tuple(parse_fold(a) for a in aggregates)
     Windows(spec, folds, max_open=max_open)  # the aggregates' checks, before any work
@@ -343,18 +351,31 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
     final = None
     for chunk in chunks:
         records += len(chunk)
-        timed = chunk.kind <= CTI
-        c = chunk if timed.all() else chunk.take(np.flatnonzero(timed))
-        is_cti = c.kind == CTI
-        action, cti, state = run(is_cti, c.start, c.end, state)
-        action = np.asarray(action, np.int8)
-        cti = np.asarray(cti, np.int64)
-        late_rows = np.flatnonzero(~is_cti & (action != EMIT))
-        n_late += len(late_rows)
-        if late_out.file is not None and len(late_rows):
-            late_out.write(_late_lines(c, late_rows, cti, action, table.names, time_format))
-        keep = np.flatnonzero((action == EMIT) | (action == EMIT_ADJUSTED) |
-                              (action == CTI_EMIT))
+        if chunk.ids is not None and (chunk.kind >= START).any():
+            # TS §7.7: the kernels know no edges; the policy's step decides this block, and
+            # the windows pass over the end edges (TS §7.8)
+            c = chunk
+            is_cti = c.kind == CTI
+            action, cti, state, _, late_text = step_chunk(pol, c, state, table.names, iso,
+                                                          late_out.file is not None)
+            n_late += int(((action == DROP_LATE) | (action == EMIT_ADJUSTED)).sum())
+            late_out.write(late_text)
+            passed = c.kind == END
+        else:
+            timed = timed_kind(chunk.kind)
+            c = chunk if timed.all() else chunk.take(np.flatnonzero(timed))
+            is_cti = c.kind == CTI
+            action, cti, state = run(is_cti, c.start, c.end, state)
+            action = np.asarray(action, np.int8)
+            cti = np.asarray(cti, np.int64)
+            late_rows = np.flatnonzero(~is_cti & (action != EMIT))
+            n_late += len(late_rows)
+            if late_out.file is not None and len(late_rows):
+                late_out.write(_late_lines(c, late_rows, cti, action, table.names,
+                                           time_format))
+            passed = np.zeros(len(c), np.bool_)
+        keep = np.flatnonzero(((action == EMIT) | (action == EMIT_ADJUSTED) |
+                               (action == CTI_EMIT)) & ~passed)
         emitted_cti = action[keep] == CTI_EMIT
         start = np.where(action[keep] == EMIT, c.start[keep], cti[keep])
         if emitted_cti.any():
@@ -364,6 +385,7 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
         out.write(_rows(closed.end.tolist(), closed.key.tolist(), closed.count.tolist(),
                         [(v.tolist(), has.tolist()) for v, has in closed.values], folds,
                         spec.size, keyed, keys.names, iso))
+    late_out.write(finish_lines(pol, pol.initial() if state is None else state, iso)[1])
     return (records, kernel.inserts, n_late, kernel.late, kernel.emitted, kernel.open,
             kernel.peak, final)
 
@@ -426,9 +448,10 @@ def _rows(ends: list, codes: list, counts: list, values: list, folds: Sequence[F
 
 
 def _records(chunk: Columns) -> Iterator[tuple]:
-    """A chunk's rows as ``(kind, source code, start, end, has_end, payload)``."""
+    """A chunk's rows as ``(kind, source code, start, end, has_end, payload, id)``."""
     return zip(chunk.kind.tolist(), chunk.source.tolist(), chunk.start.tolist(),
-               chunk.end.tolist(), chunk.has_end.tolist(), chunk.payload)
+               chunk.end.tolist(), chunk.has_end.tolist(), chunk.payload,
+               chunk.ids or [None] * len(chunk))
 
 
 def _window_step(windows: Windows, event: Event, rows: list[bytes], late: list[bytes] | None,
@@ -460,10 +483,10 @@ def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed:
     for chunk in chunks:
         buf: list[bytes] = []
         lbuf: list[bytes] = []
-        for k, s, st, en, he, pl in _records(chunk):
+        for k, s, st, en, he, pl, id_ in _records(chunk):
             records += 1
-            if k == INSERT:
-                event = Event(INTERVAL if he else POINT, st, en, pl, names[s])
+            if k == INSERT or k == START:  # TS §7.8: an edge counts by its start edge
+                event = row_event(k, st, en, he, pl, names[s], id_)
             elif k == CTI and s >= 0:
                 event = Event(CTI_KIND, st, None, None, names[s])
             else:
@@ -491,15 +514,15 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
         keys.codes_of(chunk)  # a row without its key is refused here, naming file and line
         buf: list[bytes] = []
         lbuf: list[bytes] = []
-        for k, s, st, en, he, pl in _records(chunk):
+        for k, s, st, en, he, pl, id_ in _records(chunk):
             records += 1
             name = names[s] if s >= 0 else None
-            if k == INSERT:
-                state, outs = step(state, Event(INTERVAL if he else POINT, st, en, pl, name))
-            elif k == CTI:
+            if k == CTI:
                 state, outs = step(state, Event(CTI_KIND, st, None, None, name))
-            else:
+            elif k == JOIN or k == LEAVE:
                 state, outs = (join if k == JOIN else leave)(state, names[s])
+            else:  # an insert or an edge (TS §7)
+                state, outs = step(state, row_event(k, st, en, he, pl, name, id_))
             for o in outs:
                 if isinstance(o, LateRecord):
                     n_late += 1
@@ -513,5 +536,6 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
         out.write(b"".join(buf))
         if lbuf:
             late_out.write(b"".join(lbuf))
+    late_out.write(finish_lines(pol, state, iso)[1])  # TS §7.5: the edges never closed
     st_ = windows.stats()
     return (records, st_.inserts, n_late, st_.late, st_.emitted, st_.open, st_.peak_open, final)

@@ -52,7 +52,7 @@ from typing import Any
 from sortedcontainers import SortedDict, SortedList
 
 from engine.errors import InputError
-from engine.event import CTI, POINT, Event, LateRecord
+from engine.event import CTI, END, POINT, Event, LateRecord
 from engine.policy import Policy
 from engine.times import MAX_TIME, to_duration_ns
 
@@ -378,6 +378,8 @@ class Windows:
     # ------------------------------------------------------------------ the step
     def step(self, event: Event) -> tuple:
         """One arrival; the results, CTIs and late records it causes, in order."""
+        if event.kind == END:  # TS §7.8: an edge event counts once, by its start edge
+            return _NONE
         if self.clocks is None:
             if event.kind == CTI:
                 return self._advance_global(event.start)
