@@ -49,6 +49,7 @@ from engine.times import to_duration_ns
 from spark_adapter.batch_plan import ACTION, CTI_AFTER, delayed_cti, scan_decided
 from spark_adapter.batch_splits import splits_decided
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
+from spark_adapter.source import EDGES_REFUSED
 
 __all__ = ["read_event_log", "replay", "write_replay", "resolve_spark_policy", "STRATEGIES",
            "LATE_COLUMNS"]
@@ -254,6 +255,10 @@ def _decided(df: DataFrame, *, delay: object, policy: str | Policy, on_late: str
         raise InputError(f"replay: ranges={ranges!r}; expected a count >= 1")
     if buckets is not None and buckets < 1:
         raise InputError(f"replay: buckets={buckets!r}; expected a count >= 1")
+    # TS §7.9: a frame of the user's with edge rows fails with that reason when it runs,
+    # instead of losing them (the plans below know inserts and CTIs only)
+    df = df.withColumn("kind", F.when(F.col("kind").isin("start", "end"), F.raise_error(
+        F.lit(f"replay: {EDGES_REFUSED}"))).otherwise(F.col("kind")))
     if strategy in ("scan", "ranges"):
         decided = None
         if strategy == "scan" and ranges is None:  # no shuffle when the partitions allow it
