@@ -22,7 +22,7 @@ from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED
 from engine.times import MAX_TIME, MIN_TIME
 from eventlog import CTI, INSERT, JOIN, LEAVE, Columns, cti_line, cti_line_iso, encode_late
 from eventlog.format import START, edge_line, insert_line, insert_line_iso, insert_prefix
-from operators.edges import EdgePolicy, EdgeState
+from operators.edges import EdgePolicy
 
 __all__ = ["row_event", "event_line", "step_chunk", "finish_lines", "NO_ACTION"]
 
@@ -61,7 +61,8 @@ def step_chunk(policy: Policy, chunk: Columns, state: Any, names: list[str], iso
     """``policy.step`` over every row of ``chunk``: ``(action, cti, state, out, late)`` —
     per row the decision (``EMIT``, ``EMIT_ADJUSTED``, ``DROP_LATE`` for an insert or edge
     that left a record and nothing emitted, ``CTI_EMIT``/``CTI_SUPPRESS``, ``NO_ACTION``
-    for join and leave) and the CTI in force after it (``MIN_TIME`` before any), the new
+    for join and leave) and the CTI in force after it (``MIN_TIME`` before any; for an
+    adjusted row, the start it went out with, as ``run_columns`` gives it), the new
     state, and the output and late bytes in order. ``state`` ``None`` is ``initial()``."""
     if state is None:
         state = policy.initial()
@@ -69,7 +70,7 @@ def step_chunk(policy: Policy, chunk: Columns, state: Any, names: list[str], iso
     n = len(chunk)
     action = np.full(n, NO_ACTION, np.int8)
     cti = np.empty(n, np.int64)
-    high = MIN_TIME if not isinstance(state, EdgeState) or state.high is None else state.high
+    high = policy.cti_in_force(state) if isinstance(policy, EdgePolicy) else MIN_TIME
     prefixes: dict[str | None, bytes] = {}
     out: list[bytes] = []
     late: list[bytes] = []
@@ -91,7 +92,8 @@ def step_chunk(policy: Policy, chunk: Columns, state: Any, names: list[str], iso
         else:
             state, outs = step(state, row_event(k, st, en, he, pl, name, id_))
             code = DROP_LATE
-        emitted = adjusted = False
+        emitted: int | None = None
+        adjusted = False
         for o in outs:
             if isinstance(o, LateRecord):
                 adjusted = adjusted or o.action == ADJUSTED
@@ -102,12 +104,12 @@ def step_chunk(policy: Policy, chunk: Columns, state: Any, names: list[str], iso
                 out.append(cti_line_iso(high) if iso else cti_line(high))
                 code = CTI_EMIT
             else:
-                emitted = True
+                emitted = o.start  # an adjusted insert's is the CTI it was clipped to
                 out.append(event_line(o, prefixes, iso))
-        if code == DROP_LATE and emitted:
+        if code == DROP_LATE and emitted is not None:
             code = EMIT_ADJUSTED if adjusted else EMIT
         action[r] = code
-        cti[r] = high
+        cti[r] = emitted if code == EMIT_ADJUSTED and emitted is not None else high
     return action, cti, state, b"".join(out), b"".join(late)
 
 

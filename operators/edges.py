@@ -52,7 +52,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.event import (ADJUSTED, CTI, DROPPED, END, POINT, START, UNMATCHED, Event,
                           LateRecord)
-from engine.policy import CTI_EMIT, LateEntry, Policy, step_many
+from engine.policy import LateEntry, Policy, step_many
 from engine.times import MIN_TIME
 
 __all__ = ["with_edges", "EdgePolicy", "EdgeState", "EdgeStats", "edge_stats",
@@ -86,18 +86,18 @@ class _Counts(NamedTuple):
 _ZERO = _Counts()
 
 
-@dataclass(frozen=True, slots=True)
-class EdgeState:
-    """``with_edges``'s state: the policy's own ``inner`` state, ``high`` the last CTI it
-    emitted (``None`` before), ``open`` the edges by ``(source, id)`` — ``(emitted, arrived)``:
-    the start edge as it went out (``None`` if it was dropped late) and as it arrived; in the
-    order they opened. A table in a state is never changed: a step that changes it copies it.
-    """
+class EdgeState(NamedTuple):
+    """``with_edges``'s state: the policy's own ``inner`` state, and ``open`` the edges by
+    ``(source, id)`` — ``(emitted, arrived)``: the start edge as it went out (``None`` if it
+    was dropped late) and as it arrived, in the order they opened — and the ``counts``. A
+    table in a state is never changed: a step that changes it copies it."""
 
     inner: Any
-    high: int | None
     open: dict
     counts: _Counts
+
+
+_new = tuple.__new__  # an EdgeState built without NamedTuple's Python __new__ (hot path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,18 +124,9 @@ class EdgeStats:
         return self.no_start + self.duplicate + self.full + self.not_closed
 
 
-def _last_cti(outputs: Sequence[Any], high: int | None) -> int | None:
-    """The last CTI among a step's ``outputs``, else ``high``."""
-    for out in reversed(outputs):
-        if out.__class__ is Event and out.kind == CTI:
-            return out.start
-    return high
-
-
-def _record(event: Event, cti: int | None, action: str, adjusted: Event | None,
+def _record(event: Event, cti: int, action: str, adjusted: Event | None,
             reason: str) -> LateRecord:
-    return LateRecord(event.source, event, MIN_TIME if cti is None else cti, action, adjusted,
-                      reason)
+    return LateRecord(event.source, event, cti, action, adjusted, reason)
 
 
 class EdgePolicy:
@@ -154,7 +145,7 @@ class EdgePolicy:
         return f"with_edges({self.policy!r}, max_open={self.max_open})"
 
     def initial(self) -> EdgeState:
-        return EdgeState(self.policy.initial(), None, {}, _ZERO)
+        return EdgeState(self.policy.initial(), {}, _ZERO)
 
     # -- one arrival ----------------------------------------------------------------------
     def step(self, state: EdgeState, event: Event) -> tuple[EdgeState, tuple]:
@@ -163,34 +154,42 @@ class EdgePolicy:
             return self._start(state, event)
         if kind == END:
             return self._end(state, event)
-        inner, outputs = self.policy.step(state.inner, event)
-        high = _last_cti(outputs, state.high) if outputs else state.high
-        if inner is state.inner and high == state.high:
+        inner, outputs = self.policy.step(state[0], event)
+        if inner is state[0]:
             return state, outputs
-        return EdgeState(inner, high, state.open, state.counts), outputs
+        return _new(EdgeState, (inner, state[1], state[2])), outputs
+
+    def _in_force(self, inner: Any, source: str | None) -> int:
+        """The CTI in force under the policy's state ``inner`` (``MIN_TIME`` before any): what
+        it says of an insert at ``MIN_TIME``; the state that answer leaves is not kept."""
+        _, outputs = self.policy.step(inner, Event(POINT, MIN_TIME, MIN_TIME + 1, None, source))
+        late = next((o for o in outputs if o.__class__ is LateRecord), None)
+        return MIN_TIME if late is None else late.cti
+
+    def cti_in_force(self, state: EdgeState) -> int:
+        """The CTI in force in ``state`` (``MIN_TIME`` before any)."""
+        return self._in_force(state.inner, None)
 
     def _start(self, state: EdgeState, event: Event) -> tuple[EdgeState, tuple]:
         key = (event.source, event.id)
         held = state.open.get(key)
         counts = state.counts
         if held is not None and held[0] is not None:  # TS §7.5: that id is open already
-            return (EdgeState(state.inner, state.high, state.open,
+            return (EdgeState(state.inner, state.open,
                               counts._replace(duplicate=counts.duplicate + 1)),
-                    (_record(event, state.high, UNMATCHED, None, DUPLICATE),))
-        inner, outputs = self.policy.step(state.inner, event)  # TS §7.2: late by its start
-        high = _last_cti(outputs, state.high)
-        emitted = next((o for o in outputs if o.__class__ is Event and o.kind == START), None)
+                    (_record(event, self._in_force(state.inner, event.source), UNMATCHED,
+                             None, DUPLICATE),))
         table = dict(state.open)
         if held is None and len(table) >= self.max_open:  # TS §7.6: no room for one more
             dropped_key = next((k for k, v in table.items() if v[0] is None), None)
             if dropped_key is None:  # every entry is an open edge: this one is refused
-                return (EdgeState(state.inner, state.high, state.open,
+                return (EdgeState(state.inner, state.open,
                                   counts._replace(full=counts.full + 1)),
-                        (_record(event, state.high, UNMATCHED, None, FULL),))
+                        (_record(event, self._in_force(state.inner, event.source), UNMATCHED,
+                                 None, FULL),))
             del table[dropped_key]  # the oldest dropped start edge's end will be "no_start"
             counts = counts._replace(forgotten=counts.forgotten + 1)
         inner, outputs = self.policy.step(state.inner, event)  # TS §7.2: late by its start
-        high = _last_cti(outputs, state.high)
         emitted = next((o for o in outputs if o.__class__ is Event and o.kind == START), None)
         table.pop(key, None)  # a start edge dropped before, whose id comes back: reopened
         table[key] = (emitted, event)
@@ -198,7 +197,7 @@ class EdgePolicy:
             counts = counts._replace(opened=counts.opened + 1)
         if len(table) > counts.peak:
             counts = counts._replace(peak=len(table))
-        return EdgeState(inner, high, table, counts), outputs
+        return EdgeState(inner, table, counts), outputs
 
     def _end(self, state: EdgeState, event: Event) -> tuple[EdgeState, tuple]:
         # TS §7.3: an end edge is an insert at its end for the policy (late if it would end
@@ -208,22 +207,23 @@ class EdgePolicy:
         probe = Event(POINT, at, at + 1, None, event.source)
         inner, outputs = self.policy.step(state.inner, probe)
         late = next((o for o in outputs if o.__class__ is LateRecord), None)
-        high = _last_cti(outputs, state.high)
         ctis = tuple(o for o in outputs if o.__class__ is Event and o.kind == CTI)
         key = (event.source, event.id)
         held = state.open.get(key)
         counts = state.counts
         if held is None:  # TS §7.5: nothing open to close
             counts = counts._replace(no_start=counts.no_start + 1)
-            return (EdgeState(inner, high, state.open, counts),
-                    ctis + (_record(event, high, UNMATCHED, None, NO_START),))
+            return (EdgeState(inner, state.open, counts),
+                    ctis + (_record(event, self._in_force(inner, event.source), UNMATCHED,
+                                    None, NO_START),))
         table = dict(state.open)
         del table[key]
         emitted_start = held[0]
         if emitted_start is None:  # TS §7.4: its start edge was dropped; so is it
             counts = counts._replace(dropped=counts.dropped + 1)
-            return (EdgeState(inner, high, table, counts),
-                    ctis + (_record(event, high, DROPPED, None, START_DROPPED),))
+            return (EdgeState(inner, table, counts),
+                    ctis + (_record(event, self._in_force(inner, event.source), DROPPED, None,
+                                    START_DROPPED),))
         start = emitted_start.start
         end = max(at, start + 1)
         if late is not None and end < late.cti:
@@ -232,31 +232,30 @@ class EdgePolicy:
         closed = Event(END, start, end, event.payload, event.source, event.id)
         counts = counts._replace(closed=counts.closed + 1)
         if end == at:
-            return EdgeState(inner, high, table, counts), ctis + (closed,)
+            return EdgeState(inner, table, counts), ctis + (closed,)
         counts = counts._replace(moved=counts.moved + 1)
-        record = (_record(event, late.cti if late is not None else high, ADJUSTED, closed,
-                          END_EDGE),)
-        return EdgeState(inner, high, table, counts), ctis + (closed,) + record
+        cti = late.cti if late is not None else self._in_force(inner, event.source)
+        record = (_record(event, cti, ADJUSTED, closed, END_EDGE),)
+        return EdgeState(inner, table, counts), ctis + (closed,) + record
 
     def join(self, state: EdgeState, source: str) -> tuple[EdgeState, tuple]:
         inner, outputs = self.policy.join(state.inner, source)
-        return EdgeState(inner, _last_cti(outputs, state.high), state.open,
-                         state.counts), outputs
+        return EdgeState(inner, state.open, state.counts), outputs
 
     def leave(self, state: EdgeState, source: str) -> tuple[EdgeState, tuple]:
         inner, outputs = self.policy.leave(state.inner, source)
-        return EdgeState(inner, _last_cti(outputs, state.high), state.open,
-                         state.counts), outputs
+        return EdgeState(inner, state.open, state.counts), outputs
 
     def finish(self, state: EdgeState) -> tuple[EdgeState, tuple]:
         """The end of the stream: every start edge still open is reported ``"not_closed"``
         (TS §7.5; it was emitted, and stays so) and forgotten; dropped ones are forgotten."""
-        records = tuple(_record(emitted, state.high, UNMATCHED, None, NOT_CLOSED)
-                        for emitted, _ in state.open.values() if emitted is not None)
         if not state.open:
             return state, ()
+        records = tuple(_record(emitted, self._in_force(state.inner, emitted.source),
+                                UNMATCHED, None, NOT_CLOSED)
+                        for emitted, _ in state.open.values() if emitted is not None)
         counts = state.counts._replace(not_closed=state.counts.not_closed + len(records))
-        return EdgeState(state.inner, state.high, {}, counts), records
+        return EdgeState(state.inner, {}, counts), records
 
     # -- many arrivals --------------------------------------------------------------------
     def step_many(self, state: EdgeState, events: Sequence[Event],
@@ -276,8 +275,7 @@ class EdgePolicy:
             late.extend(lt)
             ctis.extend(c)
             run.clear()
-            high = _last_cti(e, state.high) if c else state.high
-            return EdgeState(inner, high, state.open, state.counts)
+            return EdgeState(inner, state.open, state.counts)
 
         for event in events:
             kind = event.kind
@@ -307,10 +305,7 @@ class EdgePolicy:
         if result is None:
             return None
         action, cti, inner = result
-        high = state.high
-        if len(action) and (action == CTI_EMIT).any():
-            high = int(cti[-1])
-        return action, cti, EdgeState(inner, high, state.open, state.counts)
+        return action, cti, EdgeState(inner, state.open, state.counts)
 
     def ahead(self, state: EdgeState) -> frozenset:
         flag = getattr(self.policy, "ahead", None)

@@ -22,6 +22,7 @@ from engine.event import CTI, DROPPED, Event, LateRecord
 from engine.multicast import Multicast
 from engine.stage import StagePublisher
 
+from operators.edges import EdgeState, with_edges
 from operators.late import LateOutput
 from operators.policies import goldilocks
 from operators.reorder_buffer import ReorderBuffer
@@ -64,24 +65,47 @@ def split_late(late: LateOutput, outputs: tuple) -> tuple:
     return tuple(kept)
 
 
+def _no_edges(who: str, event: Event) -> InputError:
+    return InputError(f"{who}: {event!r} is an edge event, which {who} does not decide; "
+                      "decide edges with cti_sync, or a Union(with_edges(policy)) (TS §7)")
+
+
 def cti_sync(delay: object, on_late: str = "drop", *, late_capacity: int = 10_000,
              prefetch: int = 64) -> TemporalOperator:
     """Delay every advancing CTI by ``delay`` and drop or adjust what arrives too late, on a
     single stream — the Goldilocks policy (DESIGN §5) as a pipe operator.
 
-    O(1) per event; memory O(``prefetch``) plus the late side output's ``late_capacity``.
+    Edge events (TS §7) are decided as ``with_edges`` decides them: the start edges still
+    open at completion are reported on ``late`` (``"not_closed"``).
+
+    O(1) per event (an edge: O(open edges)); memory O(``prefetch``) plus the late side
+    output's ``late_capacity`` and the open edges (at most ``max_open``, 100,000).
     """
     policy = goldilocks(delay, on_late)
+    edges = with_edges(policy)
     late = LateOutput(late_capacity, name="cti_sync.late")
 
     def make_step() -> Callable[[Event], tuple]:
-        state = policy.initial()
+        # the policy's own state, stepped directly; the open edges beside it, joined to it
+        # only when an edge arrives (an edge carries an id, nothing else does)
+        state, table, counts = edges.initial()
         step = policy.step
 
         def sync(event: Event) -> tuple:
-            nonlocal state
-            state, outputs = step(state, event)
+            nonlocal state, table, counts
+            if event.id is None:
+                state, outputs = step(state, event)
+            else:
+                (state, table, counts), outputs = edges.step(
+                    EdgeState(state, table, counts), event)
             return split_late(late, outputs)
+
+        def flush() -> tuple:  # TS §7.5: the start edges never closed
+            nonlocal state, table, counts
+            (state, table, counts), records = edges.finish(EdgeState(state, table, counts))
+            return split_late(late, records)
+
+        sync.flush = flush  # type: ignore[attr-defined]
         return sync
 
     return TemporalOperator(f"cti_sync({policy.delay}ns, {on_late})", make_step, late=late,
@@ -94,7 +118,8 @@ def advance_time(every_events: int | None = None, every: object = None, delay: o
     """Generate CTIs from a stream's own event times (StreamInsight's
     AdvanceTimeGenerationSettings): every ``every_events`` inserts and/or whenever event time
     advanced by ``every``, at (largest start − ``delay``). ``final_cti``: a CTI at +∞ on
-    completion. O(1) per event.
+    completion. O(1) per event. Edge events are refused (the stream fails with an
+    ``InputError`` naming the event): generate CTIs upstream of ``cti_sync`` instead.
     """
     AdvanceTime(every_events, every, delay, on_late)  # validate the arguments now
     late = LateOutput(late_capacity, name="advance_time.late")
@@ -104,6 +129,8 @@ def advance_time(every_events: int | None = None, every: object = None, delay: o
         generate = generator.step
 
         def step(event: Event) -> tuple:
+            if event.id is not None:  # TS §7.1: an end edge judged by its start could be
+                raise _no_edges("advance_time", event)  # dropped after its start went out
             return split_late(late, generate(event))
 
         step.flush = lambda: split_late(late, generator.flush(to_infinity=final_cti))  # type: ignore[attr-defined]

@@ -100,7 +100,8 @@ def test_columns_between_edges_decide_as_step(arrivals, delay, on_late):  # TS �
         else:
             run.append(e)
     state_b = flush(state_b)
-    assert state_a.high == state_b.high and state_a.inner == state_b.inner
+    assert policy.cti_in_force(state_a) == policy.cti_in_force(state_b)
+    assert state_a.inner == state_b.inner
     assert state_a.open == state_b.open and state_a.counts == state_b.counts
 
 
@@ -213,3 +214,27 @@ def test_late_entries_carry_the_edge_ids():
     _, _, late, _ = p.step_many(p.initial(), [Event.cti(9, source="A"),
                                               Event.start_edge(1, "k", source="A")])
     assert isinstance(late[0], LateEntry) and late[0].adjusted.id == "k"
+
+
+def test_cti_sync_decides_edges_as_with_edges_and_reports_those_left_open():  # TS §7
+    from engine import collect, from_iterable, pipe
+    from operators import cti_sync
+
+    arrivals = [Event.start_edge(5, "a", source="A"), Event.start_edge(6, "b", source="A"),
+                Event.cti(20, source="A"), Event.point(3, source="A"),
+                Event.end_edge(5, 9, "a", source="A"), Event.end_edge(1, 2, "z", source="A")]
+    op = cti_sync(0)
+    out = collect(pipe(from_iterable(arrivals), op), timeout=10)
+    want, want_late = reference_edges(arrivals, 0, "drop", finish=True)
+    assert out == want
+    assert op.late.drain() == want_late
+    assert [r.reason for r in want_late] == [None, "end_edge", "no_start", "not_closed"]
+
+
+def test_advance_time_refuses_edges_with_an_error_naming_the_event():  # TS §7.1
+    from engine import collect, from_iterable, pipe
+    from operators import advance_time
+
+    with pytest.raises(InputError, match="edge event"):
+        collect(pipe(from_iterable([Event.start_edge(5, "a", source="A")]),
+                     advance_time(every_events=1)), timeout=10)
