@@ -20,6 +20,8 @@ KEY_LINES = {
     "merge_devices.py": "thermo-2  point    2024-06-01T12:03:50.000000000Z before CTI "
                         "2024-06-01T12:04:10.000000000Z: dropped",
     "fleet_windows.py": "08:02             21.06     20.66     22.16     21.24 (17)",
+    "door_edges.py": "late   door-1 end back: adjusted (end_edge), end moved to "
+                     "2024-06-01T12:01:10.000000000Z",
 }
 
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("spark_"))
