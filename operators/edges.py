@@ -317,6 +317,27 @@ class EdgePolicy:
                          c.dropped, c.no_start, c.duplicate, c.full, c.forgotten, c.not_closed)
 
 
+class _SourceEdgePolicy(EdgePolicy):
+    """``EdgePolicy`` over a rule with a columnar form that reads the inputs (the robust
+    rules' ``run_source_columns``): a class of its own so that the method is there exactly
+    when the policy has it (replay looks it up to choose its columnar path)."""
+
+    __slots__ = ()
+
+    def run_source_columns(self, is_cti: np.ndarray, change: np.ndarray, source: np.ndarray,
+                           start: np.ndarray, end: np.ndarray, names: Sequence[Any],
+                           state: EdgeState | None = None) -> tuple[Any, Any, Any, EdgeState]:
+        """The policy's ``run_source_columns`` over rows without edges (the caller hands rows
+        with edges to ``step``), the open edges and counts carried through unchanged."""
+        if state is None:
+            state = self.initial()
+        action, cti, why, inner = self.policy.run_source_columns(  # type: ignore[attr-defined]
+            is_cti, change, source, start, end, names, state.inner)
+        if inner is state.inner:
+            return action, cti, why, state
+        return action, cti, why, EdgeState(inner, state.open, state.counts)
+
+
 def with_edges(policy: Policy, *, max_open: int = DEFAULT_MAX_OPEN) -> EdgePolicy:
     """``policy`` deciding edge events too (TS §7); ``max_open`` bounds the open edges.
     A policy that already decides edges is returned as it is."""
@@ -324,6 +345,8 @@ def with_edges(policy: Policy, *, max_open: int = DEFAULT_MAX_OPEN) -> EdgePolic
         return policy
     if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open <= 0:
         raise InputError(f"with_edges: max_open={max_open!r}; expected an int > 0")
+    if callable(getattr(policy, "run_source_columns", None)):  # the robust rules
+        return _SourceEdgePolicy(policy, max_open)
     return EdgePolicy(policy, max_open)
 
 

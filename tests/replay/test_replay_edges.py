@@ -132,3 +132,35 @@ def test_the_summary_counts_the_edges(tmp_path, capsys):  # TS §7.5
     assert "edges: 2 opened, 1 closed, 1 ends without a start, 1 never closed" in err
     assert [orjson.loads(x)["reason"] for x in (tmp_path / "late").read_bytes().splitlines()] \
         == ["no_start", "not_closed"]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arrivals=edge_arrivals_strategy(), delay=st.integers(0, 15),
+       on_late=st.sampled_from(["drop", "adjust"]), k=st.integers(1, 3),
+       rule=st.sampled_from(["quantile", "max_ahead"]))
+def test_robust_rules_decide_edges_on_their_columnar_path(tmp_path_factory, arrivals, delay,
+                                                         on_late, k, rule):  # TS §7.7, §5.1
+    """Replay wraps every policy in with_edges: a robust rule keeps its columnar form
+    (``run_source_columns``) through the wrapper, writes the element path's bytes over a log
+    with edges, and every late line — a rule's or an edge's — names its reason last."""
+    from operators import goldilocks, quantile_policy
+
+    policy = (quantile_policy(k, delay, on_late) if rule == "quantile"
+              else goldilocks(delay, on_late, max_ahead=k))
+    d = tmp_path_factory.mktemp("robust_edges")
+    log = d / "log.jsonl"
+    write_log(log, [_record(e) for e in arrivals])
+    a = replay([log], policy=policy, out=d / "col.out", late=d / "col.late", columnar=True)
+    el_out, el_late = io.BytesIO(), io.BytesIO()
+    b = replay([log], policy=policy, out=el_out, late=el_late)
+    assert (a.path, b.path) == (COLUMNAR, ELEMENT)
+    assert (d / "col.out").read_bytes() == el_out.getvalue()
+    assert (d / "col.late").read_bytes() == el_late.getvalue()
+    assert (a.inputs, a.late, a.adjusted, a.final_cti, a.edges) == \
+           (b.inputs, b.late, b.adjusted, b.final_cti, b.edges)
+    for line in el_late.getvalue().splitlines():
+        keys = list(orjson.loads(line))
+        assert "reason" not in keys[:-1]  # one field, last when there is one
+        if orjson.loads(line)["kind"] in (START, END):
+            assert keys[-1] == "reason"
