@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import replace
+from dataclasses import astuple, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -43,6 +43,7 @@ from goldilocks.columnar import Tally
 from goldilocks.outputs import AtomicOutput, Output, write_atomic
 from operators.checkpoint import (CheckpointError, check_policy, decode_state, describe_policy,
                                   encode_state, field, pack, unpack)
+from operators.edges import EdgeStats
 
 __all__ = ["ReplayCheckpoint", "KIND", "DEFAULT_EVERY", "partial_path", "rows"]
 
@@ -135,7 +136,8 @@ def _encode_tally(t: Tally) -> dict[str, Any]:
             "last_cti": sorted(t.last_cti.items()), "last_out": sorted(t.last_out.items()),
             "per_file": sorted(t.per_file.items()), "records": t.records,
             "emitted_total": t.emitted_total, "ctis_total": t.ctis_total,
-            "late_total": t.late_total, "adjusted_total": t.adjusted_total, "final": t.final}
+            "late_total": t.late_total, "adjusted_total": t.adjusted_total, "final": t.final,
+            "edges": None if t.edges is None else list(astuple(t.edges))}
 
 
 def _decode_tally(obj: Any, names: list[str], where: str) -> Tally:
@@ -145,7 +147,9 @@ def _decode_tally(obj: Any, names: list[str], where: str) -> Tally:
             counts[k] = {int(a): int(b) for a, b in obj[k]}
         for k in ("records", "emitted_total", "ctis_total", "late_total", "adjusted_total"):
             counts[k] = int(obj[k])
+        edges = obj.get("edges")  # the edges' accounting (TS §7.5), when the policy has it
         return Tally(names, final=None if obj["final"] is None else int(obj["final"]),
+                     edges=None if edges is None else EdgeStats(*(int(v) for v in edges)),
                      **counts)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where}: malformed counts: {err!r}") from None

@@ -40,8 +40,9 @@ from typing import Any
 import orjson
 
 from engine.errors import GoldilocksError, InputError
-from engine.event import CTI, INTERVAL, KINDS, POINT, Event, LateRecord
+from engine.event import CTI, END, INTERVAL, KINDS, POINT, START, Event, LateRecord
 from engine.policy import Policy
+from operators.edges import EdgeCounts, EdgePolicy, EdgeState
 from operators.policies import HighState, MinState
 from operators.robust import LiveState
 
@@ -135,25 +136,32 @@ def field(obj: Any, name: str, types: type | tuple[type, ...], where: str) -> An
 
 # -- events and late records ---------------------------------------------------------------
 
-_KIND_CODE = {POINT: "p", INTERVAL: "i", CTI: "c"}
+_KIND_CODE = {POINT: "p", INTERVAL: "i", CTI: "c", START: "s", END: "e"}
+_EDGE_CODES = ("s", "e")
 _CODE_KIND = {v: k for k, v in _KIND_CODE.items()}
 _INT = int
 _OPT_INT = (int, type(None))
 
 
 def encode_event(e: Event) -> list[Any]:
-    """``[kind, start, end, payload, source]`` (kind ``p``, ``i`` or ``c``)."""
-    return [_KIND_CODE[e.kind], e.start, e.end, e.payload, e.source]
+    """``[kind, start, end, payload, source]`` (kind ``p``, ``i`` or ``c``); an edge (kind
+    ``s`` or ``e``, TS §7.1) has its ``id`` after them."""
+    code = _KIND_CODE[e.kind]
+    if code in _EDGE_CODES:
+        return [code, e.start, e.end, e.payload, e.source, e.id]
+    return [code, e.start, e.end, e.payload, e.source]
 
 
 def decode_event(a: Any, where: str) -> Event:
-    if (not isinstance(a, list) or len(a) != 5 or a[0] not in _CODE_KIND
+    if (not isinstance(a, list) or len(a) != 5 + (a[0] in _EDGE_CODES)
+            or a[0] not in _CODE_KIND
             or not isinstance(a[1], int) or not isinstance(a[2], _OPT_INT)
-            or not isinstance(a[4], (str, type(None)))):
+            or not isinstance(a[4], (str, type(None)))
+            or (len(a) == 6 and (not isinstance(a[5], (str, int)) or isinstance(a[5], bool)))):
         raise CheckpointError(f"{where}: malformed event {a!r}")
     kind = _CODE_KIND[a[0]]
     assert kind in KINDS
-    return Event(kind, a[1], a[2], a[3], a[4])
+    return Event(kind, a[1], a[2], a[3], a[4], a[5] if len(a) == 6 else None)
 
 
 def encode_late(r: LateRecord) -> list[Any]:
@@ -172,7 +180,11 @@ def decode_late(a: Any, where: str) -> LateRecord:
 # -- policies ------------------------------------------------------------------------------
 
 def describe_policy(policy: Policy) -> dict[str, Any]:
-    """What a checkpoint records of a policy, to check that it is restored under the same."""
+    """What a checkpoint records of a policy, to check that it is restored under the same.
+    A policy that decides edges (``with_edges``, TS §7) is its policy's description (the
+    policy its user chose, named as chosen in errors) with ``edges``, its bound."""
+    if isinstance(policy, EdgePolicy):
+        return {**describe_policy(policy.policy), "edges": {"max_open": policy.max_open}}
     return {"type": type(policy).__qualname__, "name": policy.name, "delay": policy.delay,
             "on_late": policy.on_late, "repr": repr(policy)}
 
@@ -194,6 +206,11 @@ def encode_state(policy: Policy, state: Any) -> dict[str, Any]:
     """A policy state as JSON: the built-in states by name; any other through the policy's
     own ``encode_state(state)`` (a JSON value)."""
     cls = state.__class__
+    if cls is EdgeState and isinstance(policy, EdgePolicy):  # TS §7: the policy's state
+        return {"type": "edges", "inner": encode_state(policy.policy, state.inner),
+                "open": [[None if emitted is None else encode_event(emitted),
+                          encode_event(arrived)] for emitted, arrived in state.open.values()],
+                "counts": list(state.counts)}
     if cls is HighState:
         return {"type": "high", "high": state.high}
     if cls is MinState:
@@ -221,6 +238,8 @@ def decode_state(policy: Policy, obj: Any, where: str) -> Any:
     if not isinstance(obj, dict):
         raise CheckpointError(f"{where}: malformed policy state {obj!r}")
     kind = obj.get("type")
+    if isinstance(policy, EdgePolicy) or kind == "edges":
+        return _decode_edges(policy, obj, where)
     expected = policy.initial().__class__
     if kind == "custom":
         own = getattr(policy, "decode_state", None)
@@ -246,3 +265,31 @@ def decode_state(policy: Policy, obj: Any, where: str) -> Any:
             raise CheckpointError(f"{where}: malformed policy state: high is null")
         return MinState(high, ctis, frozenset(name for name, _ in ctis))
     return LiveState(high, ctis, obj.get("reason"))
+
+
+def _decode_edges(policy: Policy, obj: dict[str, Any], where: str) -> EdgeState:
+    """``with_edges``'s state (``encode_state``): the policy's own state by its codec, the
+    open edges in the order they opened, the counts."""
+    if not isinstance(policy, EdgePolicy) or obj.get("type") != "edges":
+        held = "with" if obj.get("type") == "edges" else "without"
+        raise CheckpointError(f"{where}: the checkpoint holds a policy state {held} edges, "
+                              f"which the policy {policy!r} does not keep")
+    inner = decode_state(policy.policy, obj.get("inner"), where)
+    entries = obj.get("open")
+    counts = obj.get("counts")
+    if not isinstance(entries, list) or len(entries) > policy.max_open:
+        raise CheckpointError(f"{where}: malformed policy state: open edges {entries!r}")
+    if (not isinstance(counts, list) or len(counts) != len(EdgeCounts._fields)
+            or not all(isinstance(c, int) and not isinstance(c, bool) for c in counts)):
+        raise CheckpointError(f"{where}: malformed policy state: edge counts {counts!r}")
+    table: dict[tuple[Any, Any], tuple[Event | None, Event]] = {}
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise CheckpointError(f"{where}: malformed open edge {entry!r}")
+        emitted = None if entry[0] is None else decode_event(entry[0], where)
+        arrived = decode_event(entry[1], where)
+        if arrived.kind != START or (emitted is not None and emitted.kind != START):
+            raise CheckpointError(f"{where}: malformed open edge {entry!r}: expected start "
+                                  "edges")
+        table[(arrived.source, arrived.id)] = (emitted, arrived)
+    return EdgeState(inner, table, EdgeCounts(*counts))

@@ -55,7 +55,7 @@ from engine.event import (ADJUSTED, CTI, DROPPED, END, POINT, START, UNMATCHED, 
 from engine.policy import LateEntry, Policy, step_many
 from engine.times import MIN_TIME
 
-__all__ = ["with_edges", "EdgePolicy", "EdgeState", "EdgeStats", "edge_stats",
+__all__ = ["with_edges", "EdgePolicy", "EdgeState", "EdgeStats", "EdgeCounts", "edge_stats",
            "NO_START", "DUPLICATE", "NOT_CLOSED", "FULL", "START_DROPPED", "END_EDGE",
            "DEFAULT_MAX_OPEN"]
 
@@ -84,6 +84,7 @@ class _Counts(NamedTuple):
 
 
 _ZERO = _Counts()
+EdgeCounts = _Counts  # the counts an EdgeState carries (a checkpoint writes them)
 
 
 class EdgeState(NamedTuple):
