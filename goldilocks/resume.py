@@ -113,7 +113,7 @@ class _Partial(AtomicOutput):
 
 
 def rows(chunk: Columns, a: int, b: int) -> Columns:
-    """Rows ``[a, b)`` of ``chunk``, its canonical lines and payload texts kept."""
+    """Rows ``[a, b)`` of ``chunk``, its canonical lines, payload texts and edge ids kept."""
     if a == 0 and b == len(chunk):
         return chunk
     p = chunk.payload
@@ -128,7 +128,8 @@ def rows(chunk: Columns, a: int, b: int) -> Columns:
                    chunk.has_end[a:b], payload, chunk.key[a:b], chunk.file[a:b],
                    chunk.line[a:b],
                    None if raw is None else RawLines(raw.data, raw.body[a:b], raw.stop[a:b],
-                                                     raw.start_at[a:b]))
+                                                     raw.start_at[a:b]),
+                   None if chunk.ids is None else chunk.ids[a:b])  # TS §7.1: edges' ids
 
 
 def _encode_tally(t: Tally) -> dict[str, Any]:

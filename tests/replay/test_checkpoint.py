@@ -195,3 +195,61 @@ def test_the_command_line(tmp_path, capsys):
                  "--no-summary"]) == 1
     assert "truncated: 8 bytes, shorter than the 24-byte header" in capsys.readouterr().err
     shutil.rmtree(tmp_path / "ref.jsonl", ignore_errors=True)
+
+
+def _edge_log(folder: Path, n: int = 600, seed: int = 5) -> list[Path]:
+    """A log of door sensors' start and end edges (some late, some never closed, some
+    unmatched) between points and CTIs, so that edges are open across checkpoints."""
+    rng = np.random.default_rng(seed)
+    lines, t, opened = [], T0, {}
+    for i in range(n):
+        t += int(rng.integers(1, 5_000_000))
+        dev = f"door-{i % 3}"
+        s = t - int(rng.integers(0, 3_000_000_000))
+        r = rng.random()
+        if r < 0.1:
+            lines.append(b'{"source":"%s","kind":"cti","start":%d}' % (dev.encode(), s))
+        elif r < 0.35:
+            ident = int(rng.integers(0, 6))
+            opened[(dev, ident)] = s
+            lines.append(b'{"source":"%s","kind":"start","start":%d,"id":%d}'
+                         % (dev.encode(), s, ident))
+        elif r < 0.55:
+            ident = int(rng.integers(0, 6))
+            begin = opened.pop((dev, ident), s - 1_000_000)
+            lines.append(b'{"source":"%s","kind":"end","start":%d,"end":%d,"id":%d}'
+                         % (dev.encode(), begin, max(s, begin + 1), ident))
+        else:
+            lines.append(b'{"source":"%s","kind":"insert","start":%d}' % (dev.encode(), s))
+    path = folder / "doors.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return [path]
+
+
+@pytest.mark.parametrize("options", [dict(policy="goldilocks", delay="1s"),
+                                     dict(policy="quantile", delay="1s", on_late="adjust")],
+                         ids=["goldilocks", "quantile"])
+def test_a_replay_with_edges_resumes_from_every_checkpoint(tmp_path, options):  # TS §7, §8.3
+    """Replay decides edges under with_edges: its state (the open edges, their counts) is
+    in the checkpoint, so a resumed run closes, moves and reports edges opened before it."""
+    logs = _edge_log(tmp_path)
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    whole = replay(logs, **options, **_outputs(ref))
+    assert whole.edges.closed and whole.edges.not_closed and whole.edges.no_start
+    run = tmp_path / "run"
+    run.mkdir()
+    out = _outputs(run)
+    ckpt = run / "replay.ckpt"
+    taken: list[bytes] = []
+    assert replay(logs, **options, **out, checkpoint=ckpt, checkpoint_every=89,
+                  on_checkpoint=taken.append) == whole
+    assert any(unpack(d, "replay")["state"]["open"] for d in taken[:-1])
+    for data in taken:
+        ckpt.write_bytes(data)
+        for target in out.values():
+            Path(partial_path(str(target))).write_bytes((ref / target.name).read_bytes())
+            target.unlink(missing_ok=True)
+        assert replay(logs, **options, **out, checkpoint=ckpt, checkpoint_every=89) == whole
+        for target in out.values():
+            assert target.read_bytes() == (ref / target.name).read_bytes()
