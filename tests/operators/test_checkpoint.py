@@ -19,6 +19,7 @@ from operators import (Union, Windows, goldilocks, max_policy, min_policy, quant
 from operators.checkpoint import HEADER_SIZE, CheckpointError, describe_policy, pack, unpack
 from operators.reorder_buffer import ReorderBuffer
 from operators.windows import hopping_spec, parse_fold, tumbling_spec
+from tests.reference import edge_arrivals_strategy
 
 NAMES = ("A", "B", "C")
 
@@ -433,3 +434,53 @@ def test_a_window_operator_downstream_continues_from_the_checkpoint():
         for name, e in arrivals[cut:]:
             ems[name].try_send(e)
         assert got + more == whole, cut
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals=edge_arrivals_strategy(),
+       policy=st.tuples(st.sampled_from(sorted(POLICIES)), st.sampled_from(["drop", "adjust"])),
+       max_open=st.integers(1, 4), data=st.data())
+def test_with_edges_state_continues_from_its_checkpoint(arrivals, policy, max_open, data):
+    """with_edges' state (TS §7: the policy's own, the open edges, the counts) written as
+    JSON and read back continues as the state itself would, to the edges never closed; its
+    late records (edges' included) round-trip too."""
+    from operators.checkpoint import decode_late, decode_state, encode_late, encode_state
+    from operators.edges import with_edges
+
+    name, on_late = policy
+    pol = with_edges(POLICIES[name](on_late), max_open=max_open)
+    cut = data.draw(st.integers(0, len(arrivals)), label="cut")
+
+    def run(state, events):
+        outs = []
+        for e in events:
+            state, out = pol.step(state, e)
+            outs.extend(out)
+        state, out = pol.finish(state)
+        return state, outs + list(out)
+
+    state = pol.initial()
+    for e in arrivals[:cut]:
+        state, _ = pol.step(state, e)
+    body = unpack(pack("union", {"state": encode_state(pol, state)}), "union")
+    restored = decode_state(pol, body["state"], "test")
+    assert restored == state
+    want_state, want = run(state, arrivals[cut:])
+    got_state, got = run(restored, arrivals[cut:])
+    assert got == want and got_state == want_state
+    assert pol.stats(got_state) == pol.stats(want_state)
+    for r in (o for o in want if o.__class__.__name__ == "LateRecord"):
+        assert decode_late(unpack(pack("union", {"r": encode_late(r)}), "union")["r"], "t") == r
+
+
+def test_with_edges_state_is_refused_by_a_policy_without_edges_and_back():
+    from operators.checkpoint import decode_state, encode_state
+    from operators.edges import with_edges
+
+    wrapped = with_edges(goldilocks(3))
+    state, _ = wrapped.step(wrapped.initial(), Event.start_edge(5, "door", source="A"))
+    with pytest.raises(CheckpointError, match="with edges"):
+        decode_state(goldilocks(3), encode_state(wrapped, state), "c")
+    with pytest.raises(CheckpointError, match="without edges"):
+        decode_state(wrapped, encode_state(goldilocks(3), goldilocks(3).initial()), "c")
+    assert describe_policy(wrapped) != describe_policy(goldilocks(3))
