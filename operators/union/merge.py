@@ -333,8 +333,10 @@ class Output(SubscriptionBase):
         request, cancel or arrival meanwhile — is left to a full drain turn, run here before
         returning with the counter still held, so it ends as the queued path would.
         """
-        if not self.inline or event.__class__ is not Event:
-            return False  # not an Event: the queued path refuses it, naming the input
+        if not self.inline or event.__class__ is not Event or event.id is not None:
+            # not an Event: the queued path refuses it, naming the input; an edge (TS §7.1):
+            # it checks that the policy decides edges, and stamps the input keeping the id
+            return False
         try:
             trampoline = INLINE.local.trampoline
         except AttributeError:
