@@ -37,7 +37,7 @@ import numpy as np
 import orjson
 
 from engine.errors import InputError, UsageError
-from engine.event import CTI as CTI_KIND, INTERVAL, POINT, Event, LateRecord
+from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
 from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
                       iso_time, merge_columns)
@@ -324,11 +324,13 @@ def _late_lines(chunk: Columns, rows: np.ndarray, cti: np.ndarray, action: np.nd
     the policy's (``action`` its codes), or with ``action`` None those of inserts that found
     their window closed by ``cti`` (TS §6.2)."""
     lines = []
+    ids = chunk.ids
     for r in rows.tolist():
         s = int(chunk.source[r])
         name = names[s] if s >= 0 else None
-        ev = Event(INTERVAL if chunk.has_end[r] else POINT, int(chunk.start[r]),
-                   int(chunk.end[r]), chunk.payload[r], name)
+        ev = row_event(int(chunk.kind[r]), int(chunk.start[r]), int(chunk.end[r]),
+                       bool(chunk.has_end[r]), chunk.payload[r], name,
+                       None if ids is None else ids[r])
         c = int(cti[r])
         if action is None:
             record = LateRecord(name, ev, c, WINDOW_CLOSED)
@@ -405,8 +407,9 @@ def _run_key_clock_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold],
     records = 0
     for chunk in chunks:
         records += len(chunk)
-        # the element path's rows: every insert, and the CTIs that name an input
-        timed = (chunk.kind == INSERT) | ((chunk.kind == CTI) & (chunk.source >= 0))
+        # the element path's rows: every insert and start edge (an edge counts by its start
+        # edge, TS §7.8), and the CTIs that name an input
+        timed = _folded(chunk) | ((chunk.kind == CTI) & (chunk.source >= 0))
         c = chunk if timed.all() else chunk.take(np.flatnonzero(timed))
         is_cti = c.kind == CTI
         action = np.zeros(len(c), np.int8)
