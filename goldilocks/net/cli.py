@@ -21,7 +21,9 @@ __all__ = ["SERVE"]
 _HELP = """\
 Merge device streams published over the network (WebSocket, and plain TCP with --tcp) with a
 CTI policy. Each device stream becomes a union input named after the device; devices are
-granted credit from the union's demand, so a slow consumer slows them. The merged output can
+granted credit from the union's demand, so a slow consumer slows them. Devices may send edge
+events (start and end edges with their ids), decided under the policy as TS §7 says; late
+and unmatched ones are late records with their reasons. The merged output can
 be subscribed to remotely and, with --out-dir, is written as rolling event-log parts
 (events-NNNNNN.jsonl, late-NNNNNN.jsonl) for Spark. Stops on SIGINT or SIGTERM: inputs are
 removed, the union is closed and the last parts are published. Prints 'listening on URL' per
@@ -177,6 +179,9 @@ async def _serve(args: argparse.Namespace) -> int:
           f"{s.events_received} events received, {s.events_refused} refused; "
           f"{u.emitted} emitted, {u.dropped} late dropped, {u.adjusted} adjusted, "
           f"{s.output_ctis} CTIs; {len(u.inputs)} inputs"
+          + (f"; edges: {u.edges.opened} opened, {u.edges.closed} closed "
+             f"({u.edges.moved} moved), {u.edges.unmatched} unmatched"
+             if u.edges is not None and (u.edges.opened or u.edges.unmatched) else "")
           + (f"; {s.checkpoints} checkpoints written to {args.checkpoint}"
              + (f" ({s.checkpoint_misses} missed)" if s.checkpoint_misses else "")
              if args.checkpoint else ""), file=sys.stderr, flush=True)

@@ -7,7 +7,10 @@ chosen by the client; 0 is the connection itself, for connection-level ``error``
 
 Events travel as arrays ``[kind, start, end, payload]`` (``kind`` is ``"point"``,
 ``"interval"`` or ``"cti"``; times are int nanoseconds since the epoch, UTC), with a fifth
-element, the source, on the merged output. A ``next`` frame carries one event or a batch.
+element, the source, on the merged output. Edge events (TS §7: ``kind`` ``"start"`` or
+``"end"``) carry their id as one more element, last: ``[kind, start, end, payload, id]`` from
+a device, ``[kind, start, end, payload, source, id]`` on the merged output. A ``next`` frame
+carries one event or a batch.
 
 ``decode_frame`` and ``decode_events`` raise nothing but ``ProtocolError`` (fuzzed), whose
 ``code`` says what kind of fault it was and whose message names what was wrong and what was
@@ -32,7 +35,7 @@ import orjson
 
 from engine.contracts import MAX_DEMAND
 from engine.errors import GoldilocksError
-from engine.event import CTI, INTERVAL, POINT, Event
+from engine.event import CTI, END, INTERVAL, POINT, START, Event
 from engine.times import MAX_TIME, MIN_TIME
 
 __all__ = [
@@ -100,7 +103,11 @@ CANCELLED = "cancelled"
 FRAME_TYPES = ("setup", "ok", "publish", "subscribe", "request", "cancel", "next", "complete",
                "error", "keepalive")
 _CONNECTION_TYPES = frozenset({"setup", "ok", "keepalive"})
+#: The kinds the device rows' fast path takes (rows of four elements); edges take the checked
+#: path, which knows them all.
 _KINDS = {"point": POINT, "interval": INTERVAL, "cti": CTI}
+_ALL_KINDS = {**_KINDS, "start": START, "end": END}
+_EDGE_NAME = {START: "a start edge", END: "an end edge"}
 _MAX_STREAM = 2**31 - 1
 #: Bytes an output ``next`` frame adds around one event's row, at most: the envelope with the
 #: largest stream id, and room for the event's start to grow to 20 digits (an adjusted
@@ -336,20 +343,39 @@ def _decode_checked(rows: list, source: str | None, stream: int,
                     with_source: bool) -> list[Event]:
     out: list[Event] = []
     append = out.append
-    kinds = _KINDS
+    kinds = _ALL_KINDS
     for i, row in enumerate(rows):
-        if row.__class__ is not list or not 4 <= len(row) <= 5:
+        if row.__class__ is not list or not 4 <= len(row) <= 6:
             raise _malformed(f"event {i} on stream {stream} is {_short(row)}; expected "
-                             "[kind, start, end, payload]", stream)
+                             "[kind, start, end, payload] (an edge: with its id after "
+                             "them)", stream)
         kind = kinds.get(row[0]) if row[0].__class__ is str else None
         start = row[1]
         end = row[2]
         if kind is None:
             raise _malformed(f"event {i} on stream {stream}: kind {_short(row[0])}; expected "
-                             "'point', 'interval' or 'cti'", stream)
+                             "'point', 'interval', 'cti', 'start' or 'end'", stream)
         if start.__class__ is not int or not MIN_TIME <= start <= MAX_TIME:
             raise _malformed(f"event {i} on stream {stream}: start {_short(start)}; expected "
                              "an integer of nanoseconds since the epoch (int64)", stream)
+        edge = kind is START or kind is END
+        # the elements after the payload: the source on the merged output, then an edge's id
+        extra = (1 if with_source else 0) + (1 if edge else 0)
+        if len(row) != 4 + extra and not (with_source and len(row) == 4 and not edge):
+            if edge:
+                layout = ("[kind, start, end, payload, source, id]" if with_source
+                          else "[kind, start, end, payload, id]")
+                raise _malformed(f"event {i} on stream {stream}: {_EDGE_NAME[kind]} of "
+                                 f"{len(row)} elements; expected {layout} (the id is the "
+                                 "edge's name, a string or an integer)", stream)
+            if not with_source:
+                raise _malformed(f"event {i} on stream {stream} has {len(row)} elements; "
+                                 "expected [kind, start, end, payload] on a device stream "
+                                 "(the device name is the source; only an edge adds its "
+                                 "id)", stream)
+            raise _malformed(f"event {i} on stream {stream} has {len(row)} elements; "
+                             "expected [kind, start, end, payload, source] (only an edge "
+                             "adds its id)", stream)
         if kind is POINT:
             if start == MAX_TIME:  # TS §1.3, as Event.point and the event-log readers
                 raise _malformed(f"event {i} on stream {stream}: a point at {start}, the "
@@ -360,25 +386,40 @@ def _decode_checked(rows: list, source: str | None, stream: int,
             elif end != start + 1 or end.__class__ is not int:
                 raise _malformed(f"event {i} on stream {stream}: a point at {start} with end "
                                  f"{_short(end)}; expected null or start + 1", stream)
-        elif kind is INTERVAL:
+        elif kind is INTERVAL or kind is END:
             if end.__class__ is not int or not start < end <= MAX_TIME:
-                raise _malformed(f"event {i} on stream {stream}: an interval from {start} "
+                what = "an interval" if kind is INTERVAL else "an end edge"
+                raise _malformed(f"event {i} on stream {stream}: {what} from {start} "
                                  f"with end {_short(end)}; expected an integer end > start",
                                  stream)
+        elif kind is START:
+            if end is not None:
+                raise _malformed(f"event {i} on stream {stream}: a start edge with end "
+                                 f"{_short(end)}; expected null (its end edge says when it "
+                                 "ends)", stream)
+            if start == MAX_TIME:  # TS §1.3: an open lifetime needs a tick
+                raise _malformed(f"event {i} on stream {stream}: a start edge at {start}, "
+                                 "the latest instant, leaves no room for a lifetime; "
+                                 "expected a start before 9223372036854775807", stream)
+            end = MAX_TIME  # open (TS §7.1)
         elif end is not None:
             raise _malformed(f"event {i} on stream {stream}: a cti with end {_short(end)}; "
                              "expected null", stream)
         src = source
-        if len(row) == 5:
-            if not with_source:
-                raise _malformed(f"event {i} on stream {stream} has 5 elements; a device "
-                                 "stream's events are [kind, start, end, payload] (the "
-                                 "device name is the source)", stream)
+        if with_source and len(row) > 4:
             src = row[4]
             if src is not None and src.__class__ is not str:
                 raise _malformed(f"event {i} on stream {stream}: source {_short(src)}; "
                                  "expected a string or null", stream)
-        append(Event(kind, start, end, row[3], src))
+        if edge:
+            id = row[-1]
+            if id.__class__ is not str and id.__class__ is not int:
+                raise _malformed(f"event {i} on stream {stream}: {_EDGE_NAME[kind]}'s id "
+                                 f"{_short(id)}; expected a string or an integer (the last "
+                                 "element)", stream)
+            append(Event(kind, start, end, row[3], src, id))
+        else:
+            append(Event(kind, start, end, row[3], src))
     return out
 
 
@@ -425,14 +466,12 @@ def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
                                   f"more than {MAX_DEPTH} levels deep; expected at most "
                                   f"{MAX_DEPTH}")
     if large:
-        rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
-                for i, e in enumerate(events) if i not in refused]
+        rows = [event_row(e, True) for i, e in enumerate(events) if i not in refused]
         if len(_dumps(rows)) > room:  # some may not fit alone: measure each
             for i, e in enumerate(events):
                 if i in refused:
                     continue
-                size = len(_dumps([e.kind, e.start, None if e.kind == POINT else e.end,
-                                   e.payload, e.source]))
+                size = len(_dumps(event_row(e, True)))
                 if size > room:
                     refused[i] = ("too_large", f"event {i} on stream {stream}: its row, with "
                                   f"the source added, is {size} bytes and can never fit in an "
@@ -522,12 +561,16 @@ def _deeper(value: Any, room: int) -> bool:
 
 def event_row(event: Event, with_source: bool = False) -> list:
     """An event as its wire row. A point's end is sent as ``null``: it is ``start + 1`` by
-    definition, and would not fit in int64 for a point at the latest instant."""
+    definition, and would not fit in int64 for a point at the latest instant; so is an open
+    start edge's (its end edge says when it ends). An edge's id comes last (TS §7.1)."""
     kind = event.kind
-    end = None if kind == POINT else event.end
+    end = None if kind == POINT or kind == START else event.end
+    row = [kind, event.start, end, event.payload]
     if with_source:
-        return [kind, event.start, end, event.payload, event.source]
-    return [kind, event.start, end, event.payload]
+        row.append(event.source)
+    if event.id is not None:
+        row.append(event.id)
+    return row
 
 
 def encode_setup(token: str | None, version: int = VERSION) -> bytes:
@@ -560,10 +603,10 @@ def encode_next(stream: int, events: list[Event], with_source: bool = False) -> 
     deeper than the encoder goes (see ``MAX_DEPTH``)."""
     if with_source:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
-                for e in events]
+                if e.id is None else event_row(e, True) for e in events]
     else:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload]
-                for e in events]
+                if e.id is None else event_row(e) for e in events]
     return _dumps({"type": "next", "stream": stream, "events": rows})
 
 

@@ -52,6 +52,7 @@ from goldilocks.net.session import Session, Venue
 from goldilocks.net.transport import WS_LOGGER, TcpTransport, Transport, WebSocketTransport
 from goldilocks.outputs import write_atomic
 from operators.checkpoint import CheckpointError
+from operators.edges import with_edges
 from operators.union import Union, UnionStats
 
 __all__ = ["Server", "ServerStats", "READER_LIMIT"]
@@ -102,6 +103,7 @@ class ServerStats:
 
 class Server(PublisherBase):
     """A ``Union`` under ``policy`` fed by devices over the network (see the module doc).
+    The union decides edge events too (``with_edges(policy)``, TS §7).
 
     ``tokens``: accepted tokens (at least one; compared in constant time, never logged).
     ``idle_timeout``: seconds without any frame after which a connection is closed and its
@@ -145,7 +147,9 @@ class Server(PublisherBase):
                              f"output_capacity={output_capacity}, "
                              f"min_credit={min_credit}; expected the timeouts > 0, max_frame "
                              f">= {MAX_SETUP_FRAME}, min_credit >= 0 and the others >= 1")
-        self.policy = policy
+        # Devices may send edge events: the union decides them as TS §7 says, under the
+        # policy given (which is returned as it is if it decides edges already).
+        self.policy = with_edges(policy)
         self.idle_timeout = float(idle_timeout)
         self.max_frame = max_frame
         self.max_connections = max_connections
