@@ -224,7 +224,9 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                              "again (docs/checkpoint.md)")
     c.add_argument("--checkpoint", default=None, metavar="FILE",
                    help="keep a checkpoint in FILE; if FILE exists, resume from it (removed "
-                        "when the replay completes; --out and --late must be files)")
+                        "when the replay completes; --out and --late must be files). With "
+                        "--window the open windows, their accumulators and the clocks are "
+                        "in it too")
     c.add_argument("--checkpoint-every", default=None, type=_positive, metavar="N",
                    help="records between checkpoints (default 100000)")
     w = p.add_argument_group("windows", "one row per window closed by the policy's CTIs "
@@ -290,11 +292,20 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
         except InputError as err:
             raise UsageError("--hop", str(err)) from None
     out = sys.stdout.buffer if args.out in (None, "-") else args.out
+    checkpointing: dict = {}
+    if args.checkpoint is not None:  # TS §8.3: the windows' state is in the checkpoint
+        from goldilocks.resume import DEFAULT_EVERY
+
+        if not isinstance(out, str):
+            raise UsageError("--out", "a replay with --checkpoint writes to a file (it "
+                             "resumes it): give --out FILE")
+        checkpointing = {"checkpoint": args.checkpoint,
+                         "checkpoint_every": args.checkpoint_every or DEFAULT_EVERY}
     stats = replay_windows(args.logs, window=args.window, hop=args.hop, aggregates=aggregates,
                            key=args.key, delay=args.delay, policy=args.policy,
                            on_late=args.on_late, out=out, late=args.late, bad_records=mode,
                            time_unit=args.time_unit, time_format=args.time_format,
-                           clock=args.clock, idle_after=args.idle_after)
+                           clock=args.clock, idle_after=args.idle_after, **checkpointing)
     if not args.no_summary:
         from engine.times import format_duration_ns
         print(f"windows of {format_duration_ns(stats.size)}"
@@ -332,8 +343,6 @@ def _run_replay(args: argparse.Namespace) -> int:
     if args.checkpoint_every is not None and args.checkpoint is None:
         raise UsageError("--checkpoint-every", "goes with --checkpoint FILE")
     if args.window is not None:
-        if args.checkpoint is not None:
-            raise UsageError("--checkpoint", "is not available with --window")
         if args.max_ahead is not None:  # the built policy carries it
             args.policy, args.delay = policy, None
         return _run_windows(args, mode)

@@ -163,8 +163,12 @@ class ReplayCheckpoint:
 
     def __init__(self, path: str, every: int, made: dict[str, Any],
                  targets: Mapping[str, Any], names: list[str],
-                 on_checkpoint: Callable[[bytes], None] | None) -> None:
+                 on_checkpoint: Callable[[bytes], None] | None, kind: str = KIND,
+                 counts: tuple[Any, Any] = (None, None)) -> None:
         self.path = path
+        self.kind = kind
+        self.encode_counts = counts[0] or _encode_tally
+        self.decode_counts = counts[1] or _decode_tally
         self.every = every
         self.made = made
         self.names = names
@@ -186,9 +190,15 @@ class ReplayCheckpoint:
     @classmethod
     def open(cls, path: Any, every: int, paths: list[str], pol: Policy,
              options: dict[str, Any], targets: Mapping[str, Any], names: list[str],
-             on_checkpoint: Callable[[bytes], None] | None = None) -> ReplayCheckpoint:
+             on_checkpoint: Callable[[bytes], None] | None = None, *, kind: str = KIND,
+             counts: tuple[Any, Any] = (None, None)) -> ReplayCheckpoint:
         """Check the arguments, read the checkpoint if there is one, check it against this
-        replay (``CheckpointError``, nothing touched), and open the partial outputs."""
+        replay (``CheckpointError``, nothing touched), and open the partial outputs.
+
+        ``kind`` and ``counts`` are for a replay that counts otherwise than ``Tally`` (the
+        windowed replay): ``counts = (encode, decode)`` write its counts as a JSON object
+        holding ``"names"`` (the inputs) and read them back, ``decode(obj, names, where)``
+        raising ``CheckpointError``; the counts object is a dataclass with ``names``."""
         if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
             raise UsageError("checkpoint_every", f"{every!r}; expected a positive number of "
                              "records")
@@ -201,7 +211,7 @@ class ReplayCheckpoint:
                 "policy": describe_policy(pol), "options": options,
                 "outputs": {k: os.path.realpath(os.fspath(v))
                             for k, v in targets.items() if v is not None}}
-        ck = cls(path, every, made, targets, names, on_checkpoint)
+        ck = cls(path, every, made, targets, names, on_checkpoint, kind, counts)
         ck.policy = pol
         lengths: dict[str, int | None] = {k: None for k in ck.targets}
         if os.path.exists(path):
@@ -226,7 +236,7 @@ class ReplayCheckpoint:
         except OSError as err:
             raise CheckpointError(f"{where}: cannot read the checkpoint: "
                                   f"{err.strerror or err}") from None
-        body = unpack(data, KIND, where)
+        body = unpack(data, self.kind, where)
         made = field(body, "made", dict, where)
         for key, what in (("logs", "the logs (their paths, sizes or contents)"),
                           ("options", "the options"), ("outputs", "the outputs")):
@@ -237,7 +247,7 @@ class ReplayCheckpoint:
                     "to start over")
         check_policy(pol, made.get("policy"), where)
         state = decode_state(pol, body.get("state"), f"{where}: policy state")
-        tally = _decode_tally(field(body, "counts", dict, where), self.names, where)
+        tally = self.decode_counts(field(body, "counts", dict, where), self.names, where)
         lengths = field(body, "lengths", dict, where)
         if set(lengths) != set(self.targets):
             raise CheckpointError(f"{where}: malformed: lengths of {sorted(lengths)}")
@@ -311,10 +321,10 @@ class ReplayCheckpoint:
     def _write(self, state: Any, tally: Tally, complete: bool,
                skipped: Mapping[str, int] | None = None) -> None:
         lengths = {k: p.durable() for k, p in self.partials.items()}  # TS §8.3: data first
-        data = pack(KIND, {"made": self.made, "position": self.position,
+        data = pack(self.kind, {"made": self.made, "position": self.position,
                            "lines": sorted(self.lines.items()),
                            "state": encode_state(self.policy, state),  # type: ignore[arg-type]
-                           "counts": _encode_tally(tally), "lengths": lengths,
+                           "counts": self.encode_counts(tally), "lengths": lengths,
                            "complete": complete, "skipped": dict(skipped or {})})
         write_atomic(self.path, data)  # the checkpoint is replaced whole, atomically
         if self.on_checkpoint is not None:

@@ -23,6 +23,12 @@ Row format (``docs/replay.md``): one JSON object per line, keys in this order �
 float, ``null`` when no insert of the window had the field; ``count_FIELD``: an int). Rows
 come in the order windows close: by end, then key. Windows still open when the log ends (no
 CTI passed their end) are not written; ``WindowReplayStats.open`` counts them.
+
+Resumable (``checkpoint=FILE``, ``--checkpoint FILE``, TS §8.3): the machinery of
+``goldilocks.resume`` (partial outputs, a checkpoint every ``N`` records, cut back and
+continued), of kind ``"window replay"``; besides the policy's state the checkpoint holds the
+windows' state in ``Windows.snapshot``'s format — written by ``Windows`` on the element path
+and by ``WindowColumns.snapshot`` on the columnar path, one codec — and the counts.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ import os
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import orjson
 
 from engine.errors import InputError, UsageError
+from engine.times import to_duration_ns
 from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
 from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
@@ -46,15 +53,57 @@ from goldilocks.ahead import ahead
 from goldilocks.edge_rows import finish_lines, row_event, step_chunk
 from goldilocks.outputs import check_outputs, open_sinks
 from goldilocks.replay import COLUMNAR, ELEMENT, columnar_ok, check_time_options, resolve
+from goldilocks.resume import DEFAULT_EVERY, ReplayCheckpoint
+from operators.checkpoint import CheckpointError
 from operators.edges import with_edges
 from operators.window_columns import WindowColumns
 from operators.windows import (WINDOW_CLOSED, Fold, WindowResult, Windows, WindowSpec,
                                hopping_spec, parse_fold, tumbling_spec)
 
-__all__ = ["replay_windows", "WindowReplayStats", "window_row", "CLOCKS"]
+__all__ = ["replay_windows", "WindowReplayStats", "window_row", "CLOCKS", "KIND"]
 
 #: what closes the windows: the policy over the merged stream, or each input's own clock
 CLOCKS = ("merged", "key")
+#: the ``kind`` of a windowed replay's checkpoint
+KIND = "window replay"
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """What a windowed replay's checkpoint holds besides the policy's state: the inputs'
+    ``names``, the ``counts`` as the run returns them (records, inserts, late, window_late,
+    windows, open, peak, final), the ``windows``' state (``Windows.snapshot``'s format;
+    ``None`` once complete), and the aggregate fields still ``missing`` and ``seen``."""
+
+    names: list[str]
+    counts: tuple[Any, ...]
+    windows: Any
+    missing: tuple[str, ...]
+    seen: tuple[str, ...]
+
+
+def _encode_cut(cut: _Cut) -> dict[str, Any]:
+    return {"names": list(cut.names), "counts": list(cut.counts), "windows": cut.windows,
+            "missing": list(cut.missing), "seen": list(cut.seen)}
+
+
+def _decode_cut(obj: Any, names: list[str], where: str) -> _Cut:
+    try:
+        counts = tuple(None if v is None else int(v) for v in obj["counts"])
+        windows = obj["windows"]
+        if len(counts) != 8 or counts[0] is None or not (windows is None
+                                                          or isinstance(windows, dict)):
+            raise ValueError(obj["counts"])
+        return _Cut(names, counts, windows, tuple(str(f) for f in obj["missing"]),
+                    tuple(str(f) for f in obj["seen"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{where}: malformed counts: {err!r}") from None
+
+
+#: ``after(state, cut)``: called once a chunk is written (``ReplayCheckpoint.after``)
+After = Callable[[Any, Callable[[], _Cut]], None]
+#: ``cut(counts, windows)``: what a checkpoint holds at this point
+MakeCut = Callable[[tuple, Any], _Cut]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +266,10 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
                    bad_records: str = "fail", time_unit: str | None = None,
                    time_format: str = "ns", columnar: bool | None = None,
                    max_open: int = 100_000, clock: str = "merged",
-                   idle_after: object = None) -> WindowReplayStats:
+                   idle_after: object = None, checkpoint: str | os.PathLike | None = None,
+                   checkpoint_every: int = DEFAULT_EVERY,
+                   on_checkpoint: Callable[[bytes], None] | None = None,
+                   ) -> WindowReplayStats:
     """Replay logs through ``policy`` and write one row per window closed by its CTIs.
 
     ``window``: the window size (``"1m"``, int ns); ``hop``: hopping windows, one every
@@ -228,9 +280,10 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     stream close every window) or ``"key"`` (per-key clocks, TS §6.3: each input's own CTIs
     through its own copy of the policy close its windows; needs ``key="source"``; ``late``
     gets the inserts that found their window closed; ``idle_after`` evicts idle inputs, TS
-    §6.4, on the element path). Other options as
-    ``goldilocks.replay.replay``. Memory: one chunk per file plus the open windows (at most
-    ``max_open``).
+    §6.4, on the element path). ``checkpoint``, ``checkpoint_every``, ``on_checkpoint``: a
+    resumable run, as ``goldilocks.replay.replay``'s (TS §8.3; the windows' state is in the
+    checkpoint). Other options as ``goldilocks.replay.replay``. Memory: one chunk per file
+    plus the open windows (at most ``max_open``).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -267,27 +320,62 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     elif columnar and not can_columns:
         raise InputError("windows: the columnar path needs a policy with a columnar form, "
                          "built-in aggregates and no idle_after; use the element path")
-    check_outputs(path_list, {"out": out, "late": late})
+    check_outputs(path_list, {"out": out, "late": late, "checkpoint": checkpoint})
     for p in path_list:
         if not os.path.exists(p):
             raise InputError(f"{p}: no such file")
-    out_sink, late_sink = open_sinks({"out": out, "late": late})
     table = SourceTable()
     keys = _Keys(key, path_list, table)
     fields = _Fields(folds)
+    path = COLUMNAR if columnar else ELEMENT
+    ck: ReplayCheckpoint | None = None
+    if checkpoint is not None:
+        ck = ReplayCheckpoint.open(
+            checkpoint, checkpoint_every, path_list, pol,
+            {"time_unit": time_unit, "time_format": time_format, "bad_records": bad_records,
+             "window": [spec.size, spec.hop, spec.offset],
+             "aggregates": [f.label for f in folds], "key": key, "clock": clock,
+             "idle_after": (None if idle_after is None
+                            else to_duration_ns(idle_after, what="idle_after")),
+             "max_open": max_open, "path": path},
+            {"out": out, "late": late}, table.names, on_checkpoint, kind=KIND,
+            counts=(_encode_cut, _decode_cut))
+        if ck.complete is not None:  # a run that completed but did not finish: finish it
+            ck.finish_complete()
+            done: Any = ck.complete
+            return _window_stats(path, pol, spec, key, folds, done.counts, began,
+                                 done.missing, done.seen)
+        out_sink, late_sink = ck.sinks()
+        if ck.resume is not None:
+            was: Any = ck.resume[1]
+            fields.missing, fields.seen = set(was.missing), set(was.seen)
+    else:
+        out_sink, late_sink = open_sinks({"out": out, "late": late})
     bad = BadRecords(bad_records, None)
     iso = time_format == "iso"
+    run: Callable[..., tuple]
     if per_key:
         run = (_run_key_clock_columns if columnar
                else partial(_run_key_clocks, idle_after=idle_after))
     else:
         run = _run_columns if columnar else _run_elements
+
+    def cut(counts: tuple, windows: Any) -> _Cut:
+        return _Cut(table.names, counts, windows, tuple(sorted(fields.missing)),
+                    tuple(sorted(fields.seen)))
+
     chunks = None
     ok = False
     try:
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit))
-        counts = run(pol, spec, folds, key is not None, max_open, fields.watch(chunks), table,
-                     keys, out_sink, late_sink, iso, time_format)
+        stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
+        counts = run(pol, spec, folds, key is not None, max_open, fields.watch(stream), table,
+                     keys, out_sink, late_sink, iso, time_format,
+                     resume=None if ck is None else ck.resume,
+                     after=None if ck is None else ck.after,  # type: ignore[arg-type]
+                     cut=cut)
+        if ck is not None:
+            ck.seal(cut(counts, None), bad.skipped)  # type: ignore[arg-type]  # TS §8.3
         ok = True
     finally:
         if chunks is not None:
@@ -300,12 +388,21 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
                 failed = failed or err
         if failed is not None:
             raise failed
+    if ck is not None:
+        ck.remove()  # TS §8.3: the outputs are in place; nothing is left to resume
+    return _window_stats(path, pol, spec, key, folds, counts, began, fields.missing,
+                         fields.seen)
+
+
+def _window_stats(path: str, pol: Policy, spec: WindowSpec, key: str | None,
+                  folds: Sequence[Fold], counts: tuple, began: float,
+                  missing: Iterable[str], seen: Iterable[str]) -> WindowReplayStats:
     records, inserts, n_late, window_late, windows, open_, peak, final = counts
-    return WindowReplayStats(COLUMNAR if columnar else ELEMENT, pol.name, pol.delay,
-                             spec.size, spec.hop, key, tuple(f.label for f in folds), records,
-                             inserts, n_late, window_late, windows, open_, peak, final,
-                             time.perf_counter() - began, tuple(sorted(fields.missing)),
-                             tuple(sorted(fields.seen)))
+    return WindowReplayStats(path, pol.name, pol.delay, spec.size, spec.hop, key,
+                             tuple(f.label for f in folds), records, inserts, n_late,
+                             window_late, windows, open_, peak, final,
+                             time.perf_counter() - began, tuple(sorted(missing)),
+                             tuple(sorted(seen)))
 
 
 def _key_function(key: str | None) -> Any:
@@ -345,12 +442,23 @@ def _late_lines(chunk: Columns, rows: np.ndarray, cti: np.ndarray, action: np.nd
 
 def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
                  max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
-                 out: Any, late_out: Any, iso: bool, time_format: str) -> tuple:
+                 out: Any, late_out: Any, iso: bool, time_format: str, *,
+                 resume: tuple[Any, Any] | None = None, after: After | None = None,
+                 cut: MakeCut | None = None) -> tuple:
     kernel = WindowColumns(spec, folds, keyed, max_open=max_open)
     run = pol.run_columns  # type: ignore[attr-defined]
     state = None
     records = n_late = 0
     final = None
+    if resume is not None:  # TS §8.1: the windows and counts at the cut
+        state, was = resume
+        kernel.load(was.windows, keys.found.add)
+        records, n_late, final = was.counts[0], was.counts[2], was.counts[7]
+
+    def now() -> _Cut:
+        assert cut is not None
+        return cut((records, kernel.inserts, n_late, kernel.late, kernel.emitted, kernel.open,
+                    kernel.peak, final), kernel.snapshot(keys.names))
     for chunk in chunks:
         records += len(chunk)
         if chunk.ids is not None and (chunk.kind >= START).any():
@@ -387,6 +495,8 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
         out.write(_rows(closed.end.tolist(), closed.key.tolist(), closed.count.tolist(),
                         [(v.tolist(), has.tolist()) for v, has in closed.values], folds,
                         spec.size, keyed, keys.names, iso))
+        if after is not None:
+            after(pol.initial() if state is None else state, now)
     late_out.write(finish_lines(pol, pol.initial() if state is None else state, iso)[1])
     return (records, kernel.inserts, n_late, kernel.late, kernel.emitted, kernel.open,
             kernel.peak, final)
@@ -395,7 +505,8 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
 def _run_key_clock_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
                            max_open: int, chunks: Iterable[Columns], table: SourceTable,
                            keys: _Keys, out: Any, late_out: Any, iso: bool,
-                           time_format: str) -> tuple:
+                           time_format: str, *, resume: tuple[Any, Any] | None = None,
+                           after: After | None = None, cut: MakeCut | None = None) -> tuple:
     """Per-key clocks on columns (TS §6.3): the rows, late records and counts of
     ``_run_key_clocks``. Each input's inserts and CTIs of a chunk go through
     ``policy.run_columns`` from that input's carried state; every insert, and the CTIs the
@@ -403,8 +514,18 @@ def _run_key_clock_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold],
     only."""
     kernel = WindowColumns(spec, folds, True, max_open=max_open, per_key=True)
     run = pol.run_columns  # type: ignore[attr-defined]
-    states: dict[int, Any] = {}
+    states: dict[str, Any] = {}  # each input's policy state, by name
+    names = table.names
     records = 0
+    if resume is not None:  # TS §8.1: each input's clock, policy state and windows
+        states = kernel.load(resume[1].windows, keys.found.add, clocks=pol)
+        records = resume[1].counts[0]
+
+    def now() -> _Cut:
+        assert cut is not None
+        return cut((records, kernel.inserts, 0, kernel.late, kernel.emitted, kernel.open,
+                    kernel.peak, None), kernel.snapshot(keys.names, clocks=pol, states=states))
+    initial = pol.initial()
     for chunk in chunks:
         records += len(chunk)
         # the element path's rows: every insert and start edge (an edge counts by its start
@@ -417,7 +538,7 @@ def _run_key_clock_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold],
         order = np.argsort(c.source, kind="stable")
         for rows in np.split(order, np.flatnonzero(np.diff(c.source[order])) + 1):
             if len(rows):
-                s = int(c.source[rows[0]])
+                s = names[int(c.source[rows[0]])]
                 action[rows], cti[rows], states[s] = run(is_cti[rows], c.start[rows],
                                                          c.end[rows], states.get(s))
         keep = np.flatnonzero(~is_cti | (action == CTI_EMIT))
@@ -433,6 +554,8 @@ def _run_key_clock_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold],
             clock[keep] = closed.clock
             late_out.write(_late_lines(c, keep[late_rows], clock, None, table.names,
                                        time_format))
+        if after is not None:
+            after(initial, now)
     return (records, kernel.inserts, 0, kernel.late, kernel.emitted, kernel.open, kernel.peak,
             None)
 
@@ -474,7 +597,8 @@ def _window_step(windows: Windows, event: Event, rows: list[bytes], late: list[b
 def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
                     max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
                     out: Any, late_out: Any, iso: bool, time_format: str,
-                    idle_after: object = None) -> tuple:
+                    idle_after: object = None, *, resume: tuple[Any, Any] | None = None,
+                    after: After | None = None, cut: MakeCut | None = None) -> tuple:
     """Per-key clocks (TS §6.3): the arrivals themselves go to ``Windows(clocks=policy)``,
     each input's CTIs through its own copy of the policy; rows come out as each input's clock
     closes them; late records are the inserts that found their window closed (TS §6.2)."""
@@ -483,6 +607,16 @@ def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed:
     names = table.names
     records = 0
     late_on = late_out.file is not None
+    if resume is not None:  # TS §8.1: each input's clock, policy state and windows
+        windows.load(resume[1].windows)
+        records = resume[1].counts[0]
+
+    def now() -> _Cut:
+        assert cut is not None
+        st_ = windows.stats()
+        return cut((records, st_.inserts, 0, st_.late, st_.emitted, st_.open, st_.peak_open,
+                    None), windows.snapshot())
+    initial = pol.initial()
     for chunk in chunks:
         buf: list[bytes] = []
         lbuf: list[bytes] = []
@@ -499,13 +633,17 @@ def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed:
         out.write(b"".join(buf))
         if lbuf:
             late_out.write(b"".join(lbuf))
+        if after is not None:
+            after(initial, now)
     st_ = windows.stats()
     return (records, st_.inserts, 0, st_.late, st_.emitted, st_.open, st_.peak_open, None)
 
 
 def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
                   max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
-                  out: Any, late_out: Any, iso: bool, time_format: str) -> tuple:
+                  out: Any, late_out: Any, iso: bool, time_format: str, *,
+                  resume: tuple[Any, Any] | None = None, after: After | None = None,
+                  cut: MakeCut | None = None) -> tuple:
     windows = Windows(spec, folds, key=_key_function(keys.key), max_open=max_open)
     step, join, leave = pol.step, pol.join, pol.leave
     state = pol.initial()
@@ -513,6 +651,16 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
     records = n_late = 0
     final = None
     late_on = late_out.file is not None
+    if resume is not None:  # TS §8.1: the policy's state, the windows and counts at the cut
+        state, was = resume
+        windows.load(was.windows)
+        records, n_late, final = was.counts[0], was.counts[2], was.counts[7]
+
+    def now() -> _Cut:
+        assert cut is not None
+        st_ = windows.stats()
+        return cut((records, st_.inserts, n_late, st_.late, st_.emitted, st_.open,
+                    st_.peak_open, final), windows.snapshot())
     for chunk in chunks:
         keys.codes_of(chunk)  # a row without its key is refused here, naming file and line
         buf: list[bytes] = []
@@ -539,6 +687,8 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
         out.write(b"".join(buf))
         if lbuf:
             late_out.write(b"".join(lbuf))
+        if after is not None:
+            after(state, now)
     late_out.write(finish_lines(pol, state, iso)[1])  # TS §7.5: the edges never closed
     st_ = windows.stats()
     return (records, st_.inserts, n_late, st_.late, st_.emitted, st_.open, st_.peak_open, final)

@@ -23,19 +23,27 @@ so the float sums are bit-identical. A window closes at the first CTI at or afte
 row that closed them, then ``(end, key name)``, as element by element.
 
 Memory: O(open windows + chunk × size / hop).
+
+Checkpoints: ``snapshot``/``load`` write and read the kernel's state in ``Windows.snapshot``'s
+format — one codec for the windows of both paths (TS §8.1): the open windows by ``(end, key
+name)`` with each fold's accumulator as ``Windows`` holds it, the clock, or with per-key
+clocks each key's clock and policy state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from engine.errors import InputError
+from engine.policy import Policy
 from engine.times import MAX_TIME, MIN_TIME
 
-from operators.windows import Fold, WindowSpec
+from operators.checkpoint import decode_state, describe_policy, encode_state
+from operators.windows import Fold, Windows, WindowSpec
 
 __all__ = ["WindowColumns", "Closed"]
 
@@ -252,6 +260,99 @@ class WindowColumns:
     @property
     def open(self) -> int:
         return len(self.end)
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self, names: Sequence[str], *, clocks: Policy | None = None,
+                 states: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The kernel's state as ``Windows.snapshot`` writes it (one codec): ``names`` are the
+        key codes' names; with per-key clocks, ``clocks`` is the policy each key runs and
+        ``states`` each key's policy state by name. The columnar path keeps no idle index
+        (it evicts no key): every key's latest time is written as unknown."""
+        accs = self._accumulators()
+        code_key = (lambda k: names[k]) if self.keyed else (lambda k: None)
+        rows = sorted((int(e), code_key(int(k)), a)
+                      for e, k, a in zip(self.end.tolist(), self.key.tolist(), accs))
+        groups: list[list[Any]] = []
+        clock = None if self.clock == MIN_TIME else self.clock
+        if self.per_key:
+            assert clocks is not None and states is not None
+            code_of = {name: code for code, name in enumerate(names)}
+            by_key: dict[Any, list] = {}
+            for end, key, a in rows:
+                by_key.setdefault(key, []).append([end, a])
+            for name, state in states.items():
+                code = code_of[name]
+                t = int(self.clocks[code]) if code < len(self.clocks) else MIN_TIME
+                groups.append([name, code + 1, encode_state(clocks, state),
+                               None if t == MIN_TIME else t, None, by_key.get(name, [])])
+            rows, clock = [], None
+        known = [g[3] for g in groups if g[3] is not None]
+        return {"spec": [self.spec.size, self.spec.hop, self.spec.offset],
+                "folds": [f.label for f in self.folds], "keyed": self.keyed,
+                "clocks": None if clocks is None else describe_policy(clocks),
+                "idle_after": None, "clock": clock,
+                "open": [[end, key, a] for end, key, a in rows], "groups": groups,
+                "made": max((g[1] for g in groups), default=0),
+                "fleet_time": max(known) if known else None, "floor": None,
+                "counts": [self.open, self.peak, self.inserts, self.late, self.emitted, 0, 0]}
+
+    def _accumulators(self) -> list[list]:
+        """Each open window's ``[count, acc, …]`` as ``Windows`` holds them: ``count`` an
+        int; ``sum``/``mean`` ``(values, total)``; ``min``/``max`` the value or ``None``."""
+        out: list[list[Any]] = [[c] for c in self.count.tolist()]
+        for f, n, acc in zip(self.folds, self.n, self.acc):
+            for row, k, a in zip(out, n.tolist(), acc.tolist()):
+                if f.kind == "count":
+                    row.append(k)
+                elif f.kind in ("sum", "mean"):
+                    row.append((k, a))
+                else:
+                    row.append(a if k else None)
+        return out
+
+    def load(self, obj: Any, code: Callable[[str], int], *, clocks: Policy | None = None,
+             where: str = "checkpoint: windows") -> dict[str, Any]:
+        """Take a state in ``Windows.snapshot``'s format (written by either path): checked
+        first by ``Windows.load`` (the same definition, bounds, well formed:
+        ``CheckpointError``, nothing changed), then held as columns; ``code(name)`` gives a
+        key's code. Returns each key's policy state by name (per-key clocks; else empty)."""
+        Windows(self.spec, self.folds, key="source" if self.keyed else None, clocks=clocks,
+                max_open=self.max_open, max_keys=self.max_keys).load(obj, where)
+        rows = [(end, key, accs) for end, key, accs in obj["open"]]
+        clock_by: dict[int, int] = {}
+        states: dict[str, Any] = {}
+        if self.per_key:
+            assert clocks is not None
+            for key, _, state, clock, _, windows in obj["groups"]:
+                states[key] = decode_state(clocks, state, where)
+                if clock is not None:
+                    clock_by[code(key)] = clock
+                rows.extend((end, key, accs) for end, accs in windows)
+        n = len(rows)
+        self.end = np.array([r[0] for r in rows], np.int64).reshape(n)
+        self.key = np.array([code(r[1]) if self.keyed else -1 for r in rows],
+                            np.int32).reshape(n)
+        self.count = np.array([r[2][0] for r in rows], np.int64).reshape(n)
+        self.n, self.acc = [], []
+        for i, f in enumerate(self.folds, 1):
+            got = [r[2][i] for r in rows]
+            if f.kind == "count":
+                n_i, acc_i = got, [0.0] * n
+            elif f.kind in ("sum", "mean"):
+                n_i, acc_i = [a[0] for a in got], [a[1] for a in got]
+            else:
+                empty = np.inf if f.kind == "min" else -np.inf
+                n_i = [0 if a is None else 1 for a in got]
+                acc_i = [empty if a is None else a for a in got]
+            self.n.append(np.array(n_i, np.int64).reshape(n))
+            self.acc.append(np.array(acc_i, np.float64).reshape(n))
+        self.clock = MIN_TIME if obj["clock"] is None else obj["clock"]
+        size = max(clock_by, default=-1) + 1
+        self.clocks = np.full(size, MIN_TIME, np.int64)
+        for k, t in clock_by.items():
+            self.clocks[k] = t
+        _, self.peak, self.inserts, self.late, self.emitted = obj["counts"][:5]
+        return states
 
 
 def _unique_pairs(end: np.ndarray, key: np.ndarray, spec: WindowSpec,

@@ -183,8 +183,7 @@ def test_the_command_line(tmp_path, capsys):
     assert out.read_bytes() == ref.read_bytes() and not ckpt.exists()
     for argv, flag in ((["--checkpoint", str(ckpt)], "--out"),
                        (["--checkpoint-every", "5"], "--checkpoint-every"),
-                       (["--checkpoint", str(ckpt), "--out", str(out), "--window", "1m"],
-                        "--checkpoint"),
+                       (["--checkpoint", str(ckpt), "--window", "1m"], "--out"),
                        (["--checkpoint", logs[0], "--out", str(out)], "--checkpoint")):
         capsys.readouterr()
         assert main(["replay", *logs, *argv, "--no-summary"]) == 2, argv
