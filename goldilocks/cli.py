@@ -129,6 +129,7 @@ example:
   goldilocks replay epoch-seconds.csv --time-unit s --time-format iso --out merged.jsonl
   goldilocks replay examples/data/fleet.jsonl --window 1m --agg mean:celsius --key source
   goldilocks replay big/*.jsonl --out merged.jsonl --checkpoint merged.ckpt   # again to resume
+  goldilocks replay big/*.jsonl --window 1m --agg mean:c --out rows.jsonl --checkpoint rows.ckpt
 """
 
 
