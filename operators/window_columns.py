@@ -325,8 +325,9 @@ class WindowColumns:
             assert clocks is not None
             for key, _, state, clock, _, windows in obj["groups"]:
                 states[key] = decode_state(clocks, state, where)
+                k = code(key)  # every key with a clock has a code, windows open or not
                 if clock is not None:
-                    clock_by[code(key)] = clock
+                    clock_by[k] = clock
                 rows.extend((end, key, accs) for end, accs in windows)
         n = len(rows)
         self.end = np.array([r[0] for r in rows], np.int64).reshape(n)
