@@ -4,6 +4,7 @@ watermarking stage next to Spark's own ``withWatermark``. Run by hand (not a tes
     python -m benchmarks.bench_spark                      # both parts, as recorded
     python -m benchmarks.bench_spark --part stage         # the stage only (a few minutes)
     python -m benchmarks.bench_spark --part replay --rows 1000000 --reps 5 --spark-reps 5
+    python -m benchmarks.bench_spark --part windows --window-rows 1000000 --window-rounds 3
 
 One process, one local[2] session.
 
@@ -44,6 +45,18 @@ of the whole process tree (JVM and Python workers: less sensitive than wall time
 jobs on the machine). Before timing,
 the stage's late count (its observed metrics) is checked against a numpy model of the
 documented semantics.
+
+Windows: ``bench_spark_batch.write_files``'s log (``--window-rows`` events, 100 devices, a CTI
+every 10th row, delay 2 s, null payloads, so the windows count) as 8 Parquet files, read,
+not cached, by every contender: Spark's batch ``replay`` (the default plan) with both outputs
+to the ``noop`` sink; the same followed by ``spark_adapter.windows`` over its events (1 s
+tumbling windows by device; 10 s windows every 1 s by device) into the ``noop`` sink; and the
+engine's ``goldilocks.replay`` and ``replay_windows`` of the same files (columnar path, one
+core, output discarded). Each contender runs once first (the warm-up, and the check that
+Spark's window rows are as many as the engine's), then ``--window-rounds`` rounds run each
+once, in turn. Printed: median (min-max) wall seconds, events/s, and each windowed row's
+median per-round ratio to its plain replay (Spark's to Spark's, the engine's to the
+engine's).
 """
 
 from __future__ import annotations
@@ -384,9 +397,100 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
     shutil.rmtree(tmp)
 
 
+#: label, windows options (``bench_windows``)
+WINDOWS = [("1s by device", dict(window="1s", key="source")),
+           ("10s every 1s by device", dict(window="10s", hop="1s", key="source"))]
+
+
+def bench_windows(spark: object, args: argparse.Namespace) -> None:
+    """Windowed batch replay in Spark and in the engine, next to plain replay (module
+    docstring)."""
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    from benchmarks.bench_spark_batch import DELAY, write_files
+    from goldilocks.replay import replay as engine_replay
+    from goldilocks.windowed import replay_windows
+    from spark_adapter import replay, windows
+
+    directory = Path(tempfile.mkdtemp(prefix="bench_spark_windows_"))
+    n, files = args.window_rows, 8
+    paths = [str(p) for p in write_files(n, files, directory)]
+
+    def frame():
+        return (spark.read.parquet(*paths).withColumn("order_key", F.col("seq"))
+                .withColumn("file_index", F.lit(0)).withColumn("line", F.col("seq") + 1))
+
+    def spark_plain(check: bool) -> object:
+        events, late = replay(frame(), delay=DELAY)
+        if not check:
+            for part in (events, late):
+                part.write.format("noop").mode("overwrite").save()
+        return None
+
+    def spark_windows(options: dict) -> Callable[[bool], object]:
+        def run(check: bool) -> object:
+            events, _ = replay(frame(), delay=DELAY)
+            rows = windows(events, aggregates=["count"], **options)
+            if check:
+                return rows.count()
+            rows.write.format("noop").mode("overwrite").save()
+            return None
+        return run
+
+    def engine_plain(check: bool) -> object:
+        engine_replay(paths, delay=DELAY, out=None)
+        return None
+
+    def engine_windows(options: dict) -> Callable[[bool], object]:
+        def run(check: bool) -> object:
+            return replay_windows(paths, delay=DELAY, aggregates=["count"], out=None,
+                                  **options).windows
+        return run
+
+    contenders: dict[str, Callable[[bool], object]] = {"Spark replay": spark_plain}
+    for label, options in WINDOWS:
+        contenders[f"Spark replay + windows {label}"] = spark_windows(options)
+    contenders["engine replay"] = engine_plain
+    for label, options in WINDOWS:
+        contenders[f"engine replay --window {label}"] = engine_windows(options)
+    try:
+        for label, _ in WINDOWS:  # the check, and the warm-up of the windowed contenders
+            spark_count = contenders[f"Spark replay + windows {label}"](True)
+            engine_count = contenders[f"engine replay --window {label}"](True)
+            assert spark_count == engine_count and engine_count, (label, spark_count,
+                                                                   engine_count)
+        spark_plain(True)
+        engine_plain(True)
+        times: dict[str, list[float]] = {name: [] for name in contenders}
+        before = os.getloadavg()
+        for r in range(args.window_rounds):
+            for name, run in contenders.items():
+                began = time.perf_counter()
+                run(False)
+                times[name].append(time.perf_counter() - began)
+                print(f"  round {r + 1} {name}: {times[name][-1]:.2f} s", flush=True)
+        after = os.getloadavg()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    print(f"\nWindowed replay, {n:,} events in {files} Parquet files, delay 2 s; "
+          f"{args.window_rounds} rounds after a warm-up; local[2], {os.cpu_count()} cores; "
+          f"pyspark {spark.version}; load average {before[0]:.1f} before, "
+          f"{after[0]:.1f} after")
+    print(f"{'contender':44s} {'median s (min-max)':>22s} {'events/s':>12s} {'x plain':>8s}")
+    med = statistics.median
+    for name, ts in times.items():
+        plain = times["Spark replay" if name.startswith("Spark") else "engine replay"]
+        ratio = med([p / t for p, t in zip(plain, ts)])
+        print(f"{name:44s} {med(ts):8.2f} ({min(ts):.2f}-{max(ts):.2f}) {n / med(ts):12,.0f} "
+              f"{ratio:8.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("all", "replay", "stage"), default="all")
+    parser.add_argument("--part", choices=("all", "replay", "stage", "windows"),
+                        default="all")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--reps", type=int, default=5, help="timed runs of the fast contenders")
     parser.add_argument("--spark-reps", type=int, default=3, help="timed Spark batch runs")
@@ -397,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage-rounds", type=int, default=5)
     parser.add_argument("--skip-sequential", action="store_true",
                         help="leave out the stage's one-task-per-clock plan")
+    parser.add_argument("--window-rows", type=int, default=1_000_000)
+    parser.add_argument("--window-rounds", type=int, default=3)
     args = parser.parse_args(argv)
     spark = session()
     try:
@@ -404,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
             bench_replay(spark, args)
         if args.part in ("all", "stage"):
             bench_stage(spark, args)
+        if args.part in ("all", "windows"):
+            bench_windows(spark, args)
     finally:
         spark.stop()
     return 0
