@@ -114,6 +114,9 @@ _MAX_STREAM = 2**31 - 1
 #: interval starts at the CTI). An event fits an output frame when its row, with its source,
 #: is at most ``max_frame - EVENT_ENVELOPE`` bytes.
 EVENT_ENVELOPE = len(b'{"type":"next","stream":2147483647,"events":[]}') + 20
+#: What an end edge may grow by beyond ``EVENT_ENVELOPE``: both its times may change (its
+#: start to its start edge's, its end moved to the CTI, TS §7.3), each to 20 characters.
+_END_EDGE_GROWTH = 20
 
 _dumps = orjson.dumps
 _loads = orjson.loads
@@ -467,14 +470,20 @@ def event_refusals(events: list[Event], frame_size: int, max_frame: int, *,
                                   f"{MAX_DEPTH}")
     if large:
         rows = [event_row(e, True) for i, e in enumerate(events) if i not in refused]
-        if len(_dumps(rows)) > room:  # some may not fit alone: measure each
+        ends = sum(1 for e in events if e.kind == END)
+        if len(_dumps(rows)) + _END_EDGE_GROWTH * ends > room:  # measure each
             for i, e in enumerate(events):
                 if i in refused:
                     continue
                 size = len(_dumps(event_row(e, True)))
+                grows = ""
+                if e.kind == END:  # its start and end may both grow (TS §7.3)
+                    size += _END_EDGE_GROWTH
+                    grows = f" (with {_END_EDGE_GROWTH} for an end edge's times to grow)"
                 if size > room:
                     refused[i] = ("too_large", f"event {i} on stream {stream}: its row, with "
-                                  f"the source added, is {size} bytes and can never fit in an "
+                                  f"the source added, is {size} bytes{grows} and can never "
+                                  "fit in an "
                                   f"output frame of at most {max_frame} bytes; expected at "
                                   f"most {room} bytes")
     if not refused:

@@ -173,3 +173,26 @@ def test_an_old_device_frame_still_merges_beside_edges():
 
     stats = run(scenario())
     assert stats.events_refused == 0 and stats.union.input("old").received == 1
+
+
+def test_an_end_edge_is_refused_when_its_moved_times_could_not_fit_an_output_frame():
+    """An end edge goes out with its start edge's start and its end moved to the CTI (TS
+    §7.3): both times may grow, so it needs room for both where another event needs room
+    for its start only."""
+    from goldilocks.net.protocol import EVENT_ENVELOPE, event_refusals
+
+    max_frame = 4096
+    room = max_frame - EVENT_ENVELOPE
+    end = Event.end_edge(1, 2, "d", "", source="dev")
+    pad = room - len(orjson.dumps(event_row(end, True))) - 10  # 10 bytes to spare
+    end = Event.end_edge(1, 2, "d", "x" * pad, source="dev")
+    longer = len(orjson.dumps(event_row(end, True))) - len(orjson.dumps(event_row(
+        Event.interval(1, 2, "x" * pad, source="dev"), True)))
+    same = Event.interval(1, 2, "x" * (pad + longer), source="dev")  # a row as long
+    assert len(orjson.dumps(event_row(same, True))) == len(orjson.dumps(event_row(end, True)))
+    refused = event_refusals([same, end], max_frame, max_frame, stream=4)
+    assert [(i, code) for i, code, _ in refused] == [(1, "too_large")]
+    assert "end edge's times to grow" in refused[0][2]
+    # what it could become: its start edge's start and the CTI, 19 digits each
+    moved = Event.end_edge(10**18, 9 * 10**18, "d", "x" * pad, source="dev")
+    assert len(encode_next(2**31 - 1, [moved], with_source=True)) > max_frame
