@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 from operators import max_policy
-from goldilocks.net.protocol import decode_frame
+from goldilocks.net.protocol import decode_events, decode_frame
 
 from tests.net.netsupport import TOKEN, run, start_server, until
 
@@ -79,10 +79,14 @@ def _ws_device(url: str, device: str) -> dict:
         count = min(ack["n"], 7)
         ws.send(json.dumps({"type": "next", "stream": 1, "events": [
             ["interval", T0 + i, T0 + i + 5, None] for i in range(count)]}))
+        # edge events: the id is the last element ("Edge events")
+        ws.send(json.dumps({"type": "next", "stream": 1, "events": [
+            ["start", T0 + 1, None, {"door": "open"}, "door-1"],
+            ["end", T0 + 1, T0 + 9, None, "door-1"]]}))
         ws.send(json.dumps({"type": "complete", "stream": 1}))
         ws.close(1000)  # the clean end
         assert ws.close_code == 1000
-    return {"sent": count}
+    return {"sent": count + 2}
 
 
 def test_clients_written_from_the_doc_publish_get_the_ack_and_end_cleanly():
@@ -96,9 +100,10 @@ def test_clients_written_from_the_doc_publish_get_the_ack_and_end_cleanly():
         union = stats.union
         assert union.input("doc-tcp").state == union.input("doc-ws").state == "completed"
         assert union.input("doc-tcp").received == tcp["sent"] == 10
-        assert union.input("doc-ws").received == ws["sent"] == 7
+        assert union.input("doc-ws").received == ws["sent"] == 9
+        assert union.edges is not None and union.edges.closed == 1
         assert stats.protocol_errors == () and stats.disconnects == 0
-        assert stats.events_received == 17 and stats.events_refused == 0
+        assert stats.events_received == 19 and stats.events_refused == 0
         await server.close()
 
     run(scenario())
@@ -110,8 +115,14 @@ def test_every_example_frame_in_the_doc_is_one_the_codec_reads():
     frames = [line for block in blocks for line in block.splitlines() if line.strip()]
     assert len(frames) >= 10
     types = set()
+    kinds = set()
     for line in frames:
         frame = decode_frame(line.replace("…", "x").encode())
         types.add(frame.type)
+        if frame.type == "next":  # stream 1 publishes, stream 2 is a subscription
+            events = decode_events(frame.events, "thermo-1", stream=frame.stream,
+                                   with_source=frame.stream == 2)
+            kinds.update(e.kind for e in events)
     assert types == {"setup", "ok", "publish", "request", "next", "complete", "subscribe",
                      "cancel", "error", "keepalive"}
+    assert kinds == {"point", "cti", "start", "end"}
