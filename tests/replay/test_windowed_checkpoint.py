@@ -155,55 +155,75 @@ def test_a_checkpoint_of_other_windows_or_of_a_plain_replay_is_refused(tmp_path)
         replay(logs, out=tmp_path / "o.jsonl", checkpoint=ckpt)
 
 
-def _command(logs, run: Path, *extra: str) -> list[str]:
+def _command(logs, run: Path, *extra: str, every: int = 50) -> list[str]:
     return [str(SCRIPT), "replay", *map(str, logs), "--window", "100ms", "--delay", "50ms",
             "--agg", "mean:v", "--agg", "max:v", "--key", "source", *extra,
             "--out", str(run / "rows.jsonl"), "--late", str(run / "late.jsonl"),
-            "--checkpoint", str(run / "c.ckpt"), "--checkpoint-every", "50", "--no-summary"]
+            "--checkpoint", str(run / "c.ckpt"), "--checkpoint-every", str(every),
+            "--no-summary"]
 
 
+def _same(run: Path, ref: Path) -> bool:
+    return all((run / n).read_bytes() == (ref / n).read_bytes()
+               for n in ("rows.jsonl", "late.jsonl"))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [(), ("--clock", "key")], ids=["merged", "per-key"])
-def test_resumed_in_a_fresh_process_or_killed_and_run_again(tmp_path, extra):
+def test_resumed_in_a_fresh_process_from_checkpoints_taken_here(tmp_path, extra):
     logs = make_logs(tmp_path, n=2000)
     ref = tmp_path / "ref"
     ref.mkdir()
     assert main(_command(logs, ref, *extra)[1:]) == 0
+    rows = [orjson.loads(line) for line in (ref / "rows.jsonl").read_bytes().splitlines()]
+    assert len(rows) > 50 and all("mean_v" in r for r in rows)
     run = tmp_path / "run"
     run.mkdir()
     taken: list[bytes] = []
-    argv = _command(logs, run, *extra)[1:]
-    # the same checkpoints as the command line writes, taken here to resume elsewhere
-    from goldilocks.windowed import replay_windows as rw
-    rw(logs, window="100ms", delay="50ms", aggregates=["mean:v", "max:v"], key="source",
-       clock="key" if extra else "merged", **_outputs(run), checkpoint=run / "c.ckpt",
-       checkpoint_every=50, on_checkpoint=taken.append)
+    # the checkpoints the command writes, taken here to be resumed by another process
+    replay_windows(logs, window="100ms", delay="50ms", aggregates=["mean:v", "max:v"],
+                   key="source", clock="key" if extra else "merged", **_outputs(run),
+                   checkpoint=run / "c.ckpt", checkpoint_every=50,
+                   on_checkpoint=taken.append)
+    assert _same(run, ref)
     for data in taken[:-1][::17]:  # a fresh process resumes from each of these
         (run / "c.ckpt").write_bytes(data)
         for name in ("rows.jsonl", "late.jsonl"):
             Path(partial_path(str(run / name))).write_bytes((ref / name).read_bytes())
             (run / name).unlink()
-        done = subprocess.run([str(SCRIPT), *argv], capture_output=True, timeout=120)
+        done = subprocess.run(_command(logs, run, *extra), capture_output=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        for name in ("rows.jsonl", "late.jsonl"):
-            assert (run / name).read_bytes() == (ref / name).read_bytes()
+        assert _same(run, ref) and not (run / "c.ckpt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [(), ("--clock", "key")], ids=["merged", "per-key"])
+def test_killed_at_any_moment_the_same_command_ends_with_the_same_rows(tmp_path, extra):
+    from benchmarks.bench_replay import make_log
+
+    log = tmp_path / "log.jsonl"
+    make_log(log, 300_000)
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    assert main(_command([log], ref, *extra, every=10_000)[1:]) == 0
+    run = tmp_path / "run"
+    run.mkdir()
+    command = _command([log], run, *extra, every=10_000)
     partial = Path(partial_path(str(run / "rows.jsonl")))
     size = (ref / "rows.jsonl").stat().st_size
-    for name in ("rows.jsonl", "late.jsonl"):
-        (run / name).unlink()
+    killed = 0
     for fraction in (0.2, 0.6):  # killed once the rows have reached this fraction
-        proc = subprocess.Popen([str(SCRIPT), *argv], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_until(lambda: (partial.exists() and partial.stat().st_size > size * fraction)
                        or proc.poll() is not None, 60, "the replay wrote nothing")
         finally:
             os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        done = subprocess.run([str(SCRIPT), *argv], capture_output=True, timeout=120)
+            killed += proc.wait() == -signal.SIGKILL
+        done = subprocess.run(command, capture_output=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        for name in ("rows.jsonl", "late.jsonl"):
-            assert (run / name).read_bytes() == (ref / name).read_bytes(), fraction
-            (run / name).unlink()
+        assert _same(run, ref), fraction
         assert not (run / "c.ckpt").exists() and not partial.exists()
-    rows = [orjson.loads(line) for line in (ref / "rows.jsonl").read_bytes().splitlines()]
-    assert len(rows) > 50 and all("mean_v" in r for r in rows)
+        for name in ("rows.jsonl", "late.jsonl"):
+            (run / name).unlink()
+    assert killed  # at least one run was cut off before its end
