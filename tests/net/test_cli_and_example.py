@@ -62,12 +62,15 @@ def test_serve_runs_until_interrupted_and_publishes_its_files(tmp_path):
                 client = await connect(url, token=TOKEN)
                 base = 10**18 if name == "ws-dev" else 2 * 10**18
                 events = [Event.point(base + i) for i in range(50)] + [Event.cti(base + 60)]
+                if name == "tcp-dev":  # a door opened and closed: edges, decided by serve
+                    events[10:10] = [Event.start_edge(base + 10, "door"),
+                                     Event.end_edge(base + 10, base + 20, "door")]
                 assert await client.publish(from_iterable(events), device=name).wait(10) \
                     == "completed"
                 await client.close()
             # stop once the server has merged everything (what is in flight at the signal
             # is refused: shutting down removes every input)
-            await until(lambda: sum(not e.is_cti for e in seen) == 101, timeout=20)
+            await until(lambda: sum(not e.is_cti for e in seen) == 103, timeout=20)
             proc.send_signal(signal.SIGINT)
             stdout, stderr = await asyncio.wait_for(proc.communicate(), 20)
             await watcher.close()
@@ -79,12 +82,14 @@ def test_serve_runs_until_interrupted_and_publishes_its_files(tmp_path):
 
     code_, stderr = run(scenario(), timeout=40)
     assert code_ == 0, stderr
-    assert "103 events received, 0 refused; 101 emitted" in stderr
+    assert "105 events received, 0 refused; 103 emitted" in stderr
+    assert "edges: 1 opened, 1 closed (0 moved), 0 unmatched" in stderr
     assert TOKEN not in stderr
     parts = sorted(p.name for p in out.iterdir())
     assert parts == ["events-000000.jsonl"]
     lines = (out / "events-000000.jsonl").read_text().splitlines()
-    assert len(lines) == 101 + 3  # the inserts, two delayed CTIs and the final one
+    assert len(lines) == 103 + 3  # the inserts, two delayed CTIs and the final one
+    assert sum('"kind":"start"' in line or '"kind":"end"' in line for line in lines) == 2
     assert '"source":"probe"' in lines[0] and '"seq":0' in lines[0]
 
 
