@@ -196,10 +196,21 @@ def check_policy(policy: Policy, recorded: Any, where: str) -> None:
     if not isinstance(recorded, dict):
         raise CheckpointError(f"{where}: malformed policy description {recorded!r}")
     keys = [k for k in now if k != "repr" or " at 0x" not in now["repr"]]
-    if any(recorded.get(k) != now[k] for k in keys):
-        raise CheckpointError(f"{where}: taken under the policy {recorded.get('repr')}, "
-                              f"restored with {now['repr']}; expected the same policy "
-                              "(its state means nothing to another)")
+    if "edges" not in keys:
+        keys.append("edges")  # TS §7: deciding edges or not is part of the policy
+    if all(recorded.get(k) == now.get(k) for k in keys):
+        return
+    was, is_ = recorded.get("edges"), now.get("edges")
+    if was != is_ and all(recorded.get(k) == now.get(k) for k in keys if k != "edges"):
+        change = (f"deciding edges with {was}, restored with {is_}" if was and is_ else
+                  "that decided edges (with_edges), restored with one that does not" if was
+                  else "that did not decide edges, restored with one that does (with_edges)")
+        raise CheckpointError(f"{where}: taken under the policy {recorded.get('repr')} "
+                              f"{change}; expected the same policy (its state means nothing "
+                              "to another)")
+    raise CheckpointError(f"{where}: taken under the policy {recorded.get('repr')}, "
+                          f"restored with {now['repr']}; expected the same policy "
+                          "(its state means nothing to another)")
 
 
 def encode_state(policy: Policy, state: Any) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from engine import Event
-from operators import (Union, Windows, goldilocks, max_policy, min_policy, quantile_policy)
+from operators import (Union, Windows, goldilocks, max_policy, min_policy, quantile_policy,
+                       with_edges)
 from operators.checkpoint import HEADER_SIZE, CheckpointError, describe_policy, pack, unpack
 from operators.reorder_buffer import ReorderBuffer
 from operators.windows import hopping_spec, parse_fold, tumbling_spec
@@ -484,3 +485,19 @@ def test_with_edges_state_is_refused_by_a_policy_without_edges_and_back():
     with pytest.raises(CheckpointError, match="without edges"):
         decode_state(wrapped, encode_state(goldilocks(3), goldilocks(3).initial()), "c")
     assert describe_policy(wrapped) != describe_policy(goldilocks(3))
+
+
+@pytest.mark.parametrize("taken, restored, says", [
+    (lambda: goldilocks(3), lambda: with_edges(goldilocks(3)),
+     r"that did not decide edges, restored with one that does \(with_edges\)"),
+    (lambda: with_edges(goldilocks(3)), lambda: goldilocks(3),
+     r"that decided edges \(with_edges\), restored with one that does not"),
+    (lambda: with_edges(goldilocks(3), max_open=5), lambda: with_edges(goldilocks(3)),
+     r"deciding edges with \{'max_open': 5\}, restored with \{'max_open': 100000\}"),
+])
+def test_a_policy_that_decides_edges_or_not_is_named_as_the_difference(taken, restored, says):
+    """The same policy with and without with_edges prints alike: the refusal says that the
+    edges are the difference (TS §8.2) — a server's checkpoint from before it decided edges."""
+    data = Union(taken()).checkpoint()
+    with pytest.raises(CheckpointError, match=says):
+        Union.restore(data, policy=restored())
