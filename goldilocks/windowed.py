@@ -43,9 +43,9 @@ import numpy as np
 import orjson
 
 from engine.errors import InputError, UsageError
-from engine.times import to_duration_ns
 from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
+from engine.times import to_duration_ns
 from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
                       iso_time, merge_columns)
 from eventlog.format import END, START, timed as timed_kind

@@ -227,3 +227,24 @@ def test_killed_at_any_moment_the_same_command_ends_with_the_same_rows(tmp_path,
         for name in ("rows.jsonl", "late.jsonl"):
             (run / name).unlink()
     assert killed  # at least one run was cut off before its end
+
+
+def test_a_complete_checkpoint_left_behind_is_finished(tmp_path):
+    """Killed after the complete checkpoint, before the outputs were renamed: the same
+    command renames them and reports the run's numbers, reading nothing again."""
+    logs = make_logs(tmp_path, n=300)
+    options = dict(window="100ms", delay="50ms", key="source")
+    ref, whole = _reference(tmp_path, logs, options)  # with AGGS
+    options["aggregates"] = AGGS
+    out, ckpt = _outputs(tmp_path), tmp_path / "c.ckpt"
+    taken: list[bytes] = []
+    replay_windows(logs, **options, **out, checkpoint=ckpt, checkpoint_every=100,
+                   on_checkpoint=taken.append)
+    assert unpack(taken[-1], KIND)["complete"]
+    ckpt.write_bytes(taken[-1])
+    for target in out.values():
+        target.rename(partial_path(str(target)))
+    again = replay_windows(logs, **options, **out, checkpoint=ckpt, checkpoint_every=100)
+    assert _same_stats(again, whole) and not ckpt.exists()
+    for target in out.values():
+        assert target.read_bytes() == (ref / target.name).read_bytes()
