@@ -1,12 +1,14 @@
 """What checkpoints cost (docs/checkpoint.md): a replay with ``--checkpoint`` every 100,000 and
-every 10,000 records next to the same replay without, a replay resumed from its middle, and
-a union's ``checkpoint()`` / ``restore()`` with many inputs.
+every 10,000 records next to the same replay without, a replay resumed from its middle, the
+same for a windowed replay (``--window 1s --agg mean:v --key source``: the windows' state in
+every checkpoint), and a union's ``checkpoint()`` / ``restore()`` with many inputs.
 
     python -m benchmarks.bench_checkpoint              # 1 million events
     python -m benchmarks.bench_checkpoint --events 200000
 
 Each round runs every replay row once, in turn, after one warm-up round that checks that
-every row writes the bytes of the plain replay; the table prints the median, best and worst
+every row writes the bytes of the plain replay (a windowed row: of the windowed replay
+without a checkpoint); the table prints the median, best and worst
 wall time of ``--repeat`` rounds and the median of each row's per-round ratio to the plain
 replay of the same round (above 1: slower than plain).
 """
@@ -19,21 +21,42 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from benchmarks.bench_replay import make_log
 from engine import Event
 from goldilocks.replay import replay
 from goldilocks.resume import partial_path
+from goldilocks.windowed import replay_windows
 from operators import Union, min_policy
 
-__all__ = ["main", "ROWS"]
+__all__ = ["main", "ROWS", "WINDOW_ROWS"]
 
 #: the replay rows: label, records between checkpoints (None: no checkpoint), resumed
 ROWS = (("plain replay", None, False),
         ("checkpoint every 100000", 100_000, False),
         ("checkpoint every 10000", 10_000, False),
         ("resumed from the middle", 10_000, True))
+#: the windowed replay rows: label, records between checkpoints (None: no checkpoint)
+WINDOW_ROWS = (("windowed replay", None),
+               ("windowed, checkpoint every 100000", 100_000),
+               ("windowed, checkpoint every 10000", 10_000))
+#: the windows of those rows
+WINDOWS: dict[str, Any] = dict(window="1s", aggregates=["mean:v"], key="source", delay="2s")
+
+
+def _window_rows(log: Path, folder: Path) -> dict[str, Callable[[], float]]:
+    out, late, ckpt = folder / "rows.jsonl", folder / "wlate.jsonl", folder / "w.ckpt"
+
+    def run(every: int | None) -> Callable[[], float]:
+        def go() -> float:
+            extra: dict[str, Any] = ({} if every is None else
+                                     {"checkpoint": ckpt, "checkpoint_every": every})
+            began = time.perf_counter()
+            replay_windows([log], out=out, late=late, **WINDOWS, **extra)
+            return time.perf_counter() - began
+        return go
+    return {label: run(every) for label, every in WINDOW_ROWS}
 
 
 def _replay_rows(log: Path, folder: Path, n: int) -> dict[str, Callable[[], float]]:
@@ -114,25 +137,29 @@ def main(argv: list[str] | None = None) -> None:
         make_log(log, args.events)
         rows = _replay_rows(log, folder, args.events)
 
-        def written() -> bytes:
-            return (folder / "out.jsonl").read_bytes() + (folder / "late.jsonl").read_bytes()
-        rows[ROWS[0][0]]()
-        plain = written()
-        for label, fn in rows.items():  # warm-up: the same bytes
-            fn()
-            assert written() == plain, label
-        times: dict[str, list[float]] = {label: [] for label in rows}
-        for _ in range(args.repeat):
-            for label, fn in rows.items():
-                times[label].append(fn())
-        base = times[ROWS[0][0]]
-        print(f"replay of {args.events} events, {args.repeat} rounds "
-              f"(load {os.getloadavg()[0]:.2f}):")
-        print(f"{'row':28} {'median s':>9} {'best':>7} {'worst':>7} {'x plain':>8}")
-        for label, ts in times.items():
-            ratio = statistics.median(t / b for t, b in zip(ts, base))
-            print(f"{label:28} {statistics.median(ts):9.3f} {min(ts):7.3f} {max(ts):7.3f} "
-                  f"{ratio:8.2f}")
+        for title, group, files in (
+                ("replay", rows, ("out.jsonl", "late.jsonl")),
+                ("windowed replay", _window_rows(log, folder), ("rows.jsonl", "wlate.jsonl"))):
+            def written() -> bytes:
+                return b"".join((folder / name).read_bytes() for name in files)
+            first = next(iter(group))
+            group[first]()
+            plain = written()
+            for label, fn in group.items():  # warm-up: the same bytes
+                fn()
+                assert written() == plain, label
+            times: dict[str, list[float]] = {label: [] for label in group}
+            for _ in range(args.repeat):
+                for label, fn in group.items():
+                    times[label].append(fn())
+            base = times[first]
+            print(f"{title} of {args.events} events, {args.repeat} rounds "
+                  f"(load {os.getloadavg()[0]:.2f}):")
+            print(f"{'row':34} {'median s':>9} {'best':>7} {'worst':>7} {'x plain':>8}")
+            for label, ts in times.items():
+                ratio = statistics.median(t / b for t, b in zip(ts, base))
+                print(f"{label:34} {statistics.median(ts):9.3f} {min(ts):7.3f} "
+                      f"{max(ts):7.3f} {ratio:8.2f}")
     takes, restores, size = zip(*(_union_row(args.inputs) for _ in range(args.repeat)))
     print(f"union with {args.inputs} inputs (min policy): checkpoint "
           f"{statistics.median(takes) * 1e3:.1f} ms, restore "
