@@ -140,6 +140,8 @@ def csv_columns(block: Block) -> RawColumns | None:
         return None  # the object path keeps the last of equal names
     if b"\r" in data and data.count(b"\r") != data.count(b"\r\n") or b"\0" in data:
         return None  # a carriage return that does not end a line, a NUL
+    if data.count(b'"') % 2:
+        return None  # a quoted cell left open: its record goes on past the block's end
     if not data.isascii():
         try:  # every cell, read or not: the object path decodes whole lines
             data.decode("utf-8")
