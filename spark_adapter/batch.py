@@ -46,7 +46,8 @@ from engine.policy import Policy
 from operators.policies import resolve_policy
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED
 from engine.times import to_duration_ns
-from spark_adapter.batch_plan import ACTION, CTI_AFTER, delayed_cti, scan_decided
+from spark_adapter.batch_plan import (ACTION, CTI_AFTER, delayed_cti, refuse_null_order,
+                                      scan_decided)
 from spark_adapter.batch_splits import splits_decided
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
 from spark_adapter.source import EDGES_REFUSED
@@ -195,7 +196,8 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     the kind, start and end (and the order, or the range) runs the engine's columnar kernel
     from each range's carried-in state (the policy object is pickled to the executors).
     ``strategy="bucketed"`` and ``"global"`` only build plain Spark SQL plans, evaluated
-    lazily; no Python runs on the executors. All give the same rows.
+    lazily; no Python runs on the executors. All give the same rows, and all refuse a row
+    with a null order column (the SQL plans when the job runs, naming the row).
 
     ``df``: the event-log schema (``read_event_log``) or any frame with ``kind``, ``start``,
     ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``);
@@ -266,7 +268,9 @@ def _decided(df: DataFrame, *, delay: object, policy: str | Policy, on_late: str
         if decided is None:
             decided = scan_decided(df, built, groups, order, ranges)
         return decided, partial(_split_decided, columns=df.columns)
-    rows = df.withColumn(_DELAYED, delayed_cti(built.delay))
+    # A null order key would sort first in these plans' windows, decided before every
+    # other row; the scan plans refuse such a row, and so do these, per row. # TS §5.3
+    rows = df.withColumn(_DELAYED, refuse_null_order(delayed_cti(built.delay), order))
     if strategy == "bucketed":
         rows = _bucketed_prior(rows, groups, order, buckets)
     else:

@@ -52,7 +52,7 @@ from engine.policy import Policy
 from engine.times import MAX_TIME, MIN_TIME
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, KIND_JOIN, KIND_LEAVE
 
-__all__ = ["scan_decided", "delayed_cti", "kind_code", "kernel_udf", "decided_columns",
+__all__ = ["scan_decided", "delayed_cti", "kind_code", "refuse_null_order", "row_named", "kernel_udf", "decided_columns",
            "run_kernel", "KIND_CODES", "ACTION", "CTI_AFTER", "NO_ACTION"]
 
 #: ``kind`` travels through the scan as a byte: its index here.
@@ -87,12 +87,32 @@ def delayed_cti(delay: int) -> Column:
     return F.when(F.col("kind") == F.lit(KIND_CTI), value)
 
 
+#: What a row without its order key lacks, in the refusals of every plan.
+NULL_ORDER = ("every row needs its place in arrival order: fill the column or drop those "
+              "rows before the replay")
+
+
+def row_named(order: Sequence[str]) -> Column:
+    """A row named by its order columns, ``"order_key=4, file_index=0, line=11"``."""
+    return F.concat_ws(", ", *[F.concat(F.lit(f"{c}="), F.coalesce(F.col(c).cast("string"),
+                                                                    F.lit("null")))
+                               for c in order])
+
+
+def refuse_null_order(value: Column, order: Sequence[str]) -> Column:
+    """``value``, or the job fails naming the row when one of its ``order`` columns is null:
+    such a row has no place in arrival order (the engine's readers refuse a record without
+    its order key, TS §5.3). Evaluated per row, inside the plan: no extra pass."""
+    no_key = F.greatest(*[F.col(c).isNull() for c in order])
+    return F.when(no_key, F.raise_error(F.concat(
+        F.lit("replay: a row has a null order column ("), row_named(order),
+        F.lit(f"); {NULL_ORDER}")))).otherwise(value)
+
+
 def kind_code(order: Sequence[str]) -> Column:
     """``kind`` as its index in ``KIND_CODES``. Any other value, or an insert or CTI without
     ``start``, fails the job with a message naming the row by its order columns."""
-    where = F.concat_ws(", ", *[F.concat(F.lit(f"{c}="), F.coalesce(F.col(c).cast("string"),
-                                                                      F.lit("null")))
-                                for c in order])
+    where = row_named(order)
     bad = F.raise_error(F.concat(
         F.lit("replay: kind "), F.coalesce(F.concat(F.lit("'"), F.col("kind"), F.lit("'")),
                                            F.lit("null")),
@@ -154,8 +174,7 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
     lo, hi, n, missing = span
     if missing:  # an event log's record has its order key (docs/event-log.md, TS §5.3)
         raise InputError(f"replay: {missing} row(s) have a null order column "
-                         f"({', '.join(order)}); every row needs its place in arrival order: "
-                         "fill the column or drop those rows before the replay")
+                         f"({', '.join(order)}); {NULL_ORDER}")
     if lo is None:
         lo = hi = 0
     if ranges is None:
