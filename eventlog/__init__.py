@@ -38,7 +38,7 @@ from eventlog.format import (
 from eventlog.columns import Columns, SourceTable
 from eventlog.format import log_format
 from eventlog.merge import MERGES, by_time, merge_columns, read_columns, read_records
-from eventlog.records import BadRecords, time_scale
+from eventlog.records import BadRecords, Span, time_scale
 from eventlog.write import EventLogWriter, RollingFileSink, SinkStats, write_log
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "encode_event",
     "encode_late",
     "BadRecords",
+    "Span",
     "Columns",
     "SourceTable",
     "log_format",

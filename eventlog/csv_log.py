@@ -152,12 +152,16 @@ class _Feed:
             return "\n"  # keep line numbers; the record is reported by the reader
 
 
-def _blocks(f: Any, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
-    """The file in blocks of about ``CSV_BYTES`` of whole lines (the last may lack its
-    newline)."""
+def _blocks(f: Any, on_bytes: Callable[[int], None] | None,
+            left: int | None = None) -> Iterator[bytes]:
+    """The file from where it stands in blocks of about ``CSV_BYTES`` of whole lines (the
+    last may lack its newline); ``left``: at most that many bytes."""
     rest = b""
     while True:
-        data = f.read(CSV_BYTES)
+        want = CSV_BYTES if left is None else min(CSV_BYTES, left)
+        data = f.read(want) if want else b""
+        if left is not None:
+            left -= len(data)
         if not data:
             if rest:
                 yield rest
@@ -173,11 +177,27 @@ def _blocks(f: Any, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
 
 
 def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
-    """The file's records: each block of whole lines by the fast scanners if they take it,
-    else by the ``csv`` module, ``CSV_ROWS`` rows at a time."""
+    """The file's records (those of ``st.span``): each block of whole lines by the fast
+    scanners if they take it, else by the ``csv`` module, ``CSV_ROWS`` rows at a time.
+
+    A span after the header reads the header from the file's first line, then its own bytes
+    from line ``span.first_line``. A record is read whole by the span where it starts; a
+    quoted cell that runs past the span's end (a newline inside quotes, where the file was
+    cut) is refused with the record's line: the span after it would begin inside it."""
+    span = st.span
     with open(st.path, "rb") as f:
-        blocks = _blocks(f, on_bytes)
-        feed = _Feed(lambda: next(blocks, None))
+        blocks = (_blocks(f, on_bytes, span.stop) if span.start == 0
+                  else _blocks(f, None))  # a later span: the header only, from here
+
+        def more() -> bytes | None:  # asked for only inside a record (``_Feed``)
+            data = next(blocks, None)
+            if data is None and span.stop is not None:
+                raise st.error(feed.first, f"a quoted cell goes on past byte {span.stop}, "
+                               "where the file is cut to be read in parallel; read the file "
+                               "whole (no byte ranges)")
+            return data
+
+        feed = _Feed(more)
         reader = csv.reader(feed)
         feed.add(next(blocks, b""))
         feed.start()
@@ -192,6 +212,11 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
             if required not in names:
                 raise st.error(1, f"header has no {required!r} column; expected at least "
                                "source, kind, start", required)
+        if span.start:  # a later span: its own bytes, numbered from its first line
+            f.seek(span.start)
+            blocks = _blocks(f, on_bytes, None if span.stop is None else span.stop - span.start)
+            feed.rest()
+            feed.line = span.first_line - 1
         # the rest of the first block, then each block: the fast scanners' if they take it
         pending = feed.rest()
         for data in itertools.chain([pending] if pending else [], blocks):

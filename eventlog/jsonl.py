@@ -83,19 +83,25 @@ def object_columns(lines: list[bytes], first_line: int, st: FileState, last: boo
 
 
 def read_jsonl(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
-    """The file's records, a block of ``CHUNK_BYTES`` at a time."""
+    """The file's records (those of ``st.span``), a block of ``CHUNK_BYTES`` at a time."""
     size = CHUNK_BYTES
+    span = st.span
+    left = None if span.stop is None else span.stop - span.start  # bytes still to read
     # Each block is read into a fresh buffer after the previous block's unfinished line, with
     # room for the scanner's padding, so the scanner works on it in place: no copies.
     with open(st.path, "rb", buffering=0) as f:
+        f.seek(span.start)
         rest = b""
-        line = 1
+        line = span.first_line
         while True:
             held = len(rest)
             buf = bytearray(held + size + PAD)
             buf[:held] = rest
+            want = size if left is None else min(size, left)
             with memoryview(buf) as view:
-                got = f.readinto(view[held:held + size])
+                got = f.readinto(view[held:held + want]) if want else 0
+            if left is not None:
+                left -= got
             if not got:
                 break
             if on_bytes is not None:

@@ -19,7 +19,7 @@ from eventlog.csv_log import read_csv
 from eventlog.format import ALL_KIND_CODES, END, START, log_format, timed
 from eventlog.jsonl import read_jsonl
 from eventlog.parquet import read_parquet
-from eventlog.records import BadRecords, FileState, time_scale
+from eventlog.records import BadRecords, FileState, Span, time_scale
 
 __all__ = ["read_columns", "merge_columns", "read_records", "by_time", "MERGES"]
 
@@ -31,9 +31,9 @@ _READERS: dict[str, Callable[[FileState, Callable[[int], None] | None], Iterator
 
 
 def _open(path: str | os.PathLike[str], index: int, table: SourceTable, bad: BadRecords,
-          scale: int | None, on_bytes: Callable[[int], None] | None
+          scale: int | None, on_bytes: Callable[[int], None] | None, span: Span = Span()
           ) -> tuple[FileState, Iterator[Columns]]:
-    state = FileState(os.fspath(path), index, table, bad, scale)
+    state = FileState(os.fspath(path), index, table, bad, scale, span)
     if not os.path.exists(state.path):
         raise InputError(f"{state.path}: no such file")
     return state, _READERS[log_format(state.path)](state, on_bytes)
@@ -42,11 +42,18 @@ def _open(path: str | os.PathLike[str], index: int, table: SourceTable, bad: Bad
 def read_columns(path: str | os.PathLike[str], *, index: int = 0,
                  table: SourceTable | None = None, bad: BadRecords | None = None,
                  on_bytes: Callable[[int], None] | None = None,
-                 time_unit: str | None = None) -> Iterator[Columns]:
+                 time_unit: str | None = None, span: Span = Span(),
+                 modes: list[Any] | None = None) -> Iterator[Columns]:
     """Stream one log file as ``Columns`` chunks in file order (memory: one chunk).
-    ``time_unit``: the unit of integer times (``time_scale``)."""
-    return _open(path, index, table or SourceTable(), bad or BadRecords(),
-                 time_scale(time_unit), on_bytes)[1]
+    ``time_unit``: the unit of integer times (``time_scale``). ``span``: the piece of a
+    JSON Lines or CSV file to read (``Span``: bytes, first line, the file's order key and
+    its last key before the piece); the whole file by default. ``modes`` (if given) gets
+    the file's reading state, as ``merge_columns`` fills it."""
+    state, chunks = _open(path, index, table or SourceTable(), bad or BadRecords(),
+                          time_scale(time_unit), on_bytes, span)
+    if modes is not None:
+        modes[:] = [state]
+    return chunks
 
 
 class _FileReader:

@@ -69,6 +69,8 @@ def _values(batch: Any, pa: Any, n: int) -> tuple[dict[str, list[Any]], dict[int
 
 def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
     """The file's records, a batch at a time."""
+    if not st.span.whole:  # row groups, not lines: no byte ranges
+        raise InputError(f"{st.path}: a Parquet log is read whole; expected no byte range")
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -65,6 +65,7 @@ __all__ = [
     "Block",
     "RawColumns",
     "FileState",
+    "Span",
     "BadRecords",
     "time_scale",
     "accept",
@@ -197,21 +198,44 @@ def time_scale(time_unit: str | None) -> int | None:
                          f"{', '.join(TIME_UNITS)} or None") from None
 
 
+@dataclass(frozen=True)
+class Span:
+    """A piece of a JSON Lines or CSV log read by itself: the bytes ``[start, stop)``
+    (``stop`` ``None``: to the end of the file), which begin at a line start, line number
+    ``first_line``. ``mode``: the file's order key (its first good record's; ``None``: found
+    from the span's own first good record, as for a whole file). ``last_key``: the largest
+    order key of the good records before the span (the order check starts from it). A CSV
+    span after the header reads the header from the file's first line. The whole file is
+    ``Span()``."""
+
+    start: int = 0
+    stop: int | None = None
+    first_line: int = 1
+    mode: str | None = None
+    last_key: int = -(2**63)
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop is None
+
+
 class FileState:
     """Per-file reading state: order-key mode, last key, record position, and the unit of
-    integer times (``scale``: see ``time_scale``)."""
+    integer times (``scale``: see ``time_scale``); ``span``: the part of the file read."""
 
-    __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position", "scale")
+    __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position", "scale",
+                 "span")
 
     def __init__(self, path: str, index: int, table: SourceTable, bad: BadRecords,
-                 scale: int | None = None) -> None:
+                 scale: int | None = None, span: Span = Span()) -> None:
         self.path = path
         self.index = index
         self.table = table
         self.bad = bad
         self.scale = scale
-        self.mode: str | None = None  # "arrival" | "seq" | "position"
-        self.last_key = -(2**63)
+        self.span = span
+        self.mode: str | None = span.mode  # "arrival" | "seq" | "position"
+        self.last_key = span.last_key
         self.position = 0
 
     def error(self, line: int, message: str, field: str | None = None) -> BadRecordError:

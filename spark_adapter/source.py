@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 
 from engine.errors import InputError
+from eventlog.records import Span
 from spark_adapter.schema import EVENT_LOG_COLUMNS, EVENT_LOG_SCHEMA, SOURCE_NAME
 from spark_adapter.session import use_driver_python, worker_python_error
 
@@ -50,6 +51,7 @@ __all__ = [
     "PartOffset",
     "register",
     "read_event_log",
+    "plan_splits",
     "list_log_files",
     "list_parts",
 ]
@@ -84,20 +86,39 @@ class PartOffset:
 
 
 class FilePartition(InputPartition):
-    """One file to read: created by the planner, pickled to an executor.
+    """One file, or one span of a file, to read: created by the planner, pickled to an
+    executor.
 
     ``index`` becomes ``file_index``; ``part`` is set for streaming parts (then ``order_key``
     is ``part << 32 | line``) and ``None`` for batch files (``order_key`` is the file's key).
+    ``span``: the bytes to read (``eventlog.Span``: the whole file by default) and
+    ``next_line``: the line after them, where the next span begins (its first record is
+    checked against this span's last key, TS §5.2).
     """
 
-    def __init__(self, path: str, index: int, part: int | None = None) -> None:
-        super().__init__((path, index, part))
+    def __init__(self, path: str, index: int, part: int | None = None,
+                 span: Span | None = None, next_line: int | None = None) -> None:
+        span = span or Span()
+        super().__init__((path, index, part, span.start))
         self.path = path
         self.index = index
         self.part = part
+        self.span = span
+        self.next_line = next_line
+
+    def to_list(self) -> list:
+        """The partition as JSON values (``from_list`` reads them back)."""
+        s = self.span
+        return [self.path, self.index, s.start, s.stop, s.first_line, s.mode, self.next_line]
+
+    @classmethod
+    def from_list(cls, value: list) -> FilePartition:
+        path, index, start, stop, first_line, mode, next_line = value
+        return cls(path, index, None, Span(start, stop, first_line, mode), next_line)
 
     def __repr__(self) -> str:
-        return f"FilePartition({self.path!r}, index={self.index}, part={self.part})"
+        span = "" if self.span.whole else f", bytes={self.span.start}:{self.span.stop}"
+        return f"FilePartition({self.path!r}, index={self.index}, part={self.part}{span})"
 
 
 # -- listing (planning side) ----------------------------------------------------------------
@@ -148,8 +169,9 @@ def _arrow_schema():
     return pa.schema([(name, types[sql]) for name, sql in EVENT_LOG_COLUMNS])
 
 
-def _bad_records(options: dict, path: str, index: int):
-    """The engine's ``BadRecords`` for one task; quarantine goes to a file per input file."""
+def _bad_records(options: dict, path: str, index: int, span: Span):
+    """The engine's ``BadRecords`` for one task; quarantine goes to a file per input file
+    (per span of a file read in spans: ``-<first line>`` before the extension)."""
     from eventlog import BadRecords
 
     mode = options.get("bad_records", "fail")
@@ -160,49 +182,39 @@ def _bad_records(options: dict, path: str, index: int):
         raise InputError("bad_records='quarantine' needs a quarantine directory (option "
                          "'quarantine')")
     os.makedirs(directory, exist_ok=True)
-    name = f"{index:06d}-{os.path.basename(path)}.bad.jsonl"
+    piece = "" if span.whole else f"-{span.first_line}"
+    name = f"{index:06d}-{os.path.basename(path)}{piece}.bad.jsonl"
     sink = open(os.path.join(directory, name), "wb")  # a retried task rewrites it whole
     return BadRecords(mode, sink), sink
 
 
-def file_mode(path: str) -> str | None:
-    """The order-key mode of a file (``arrival``, ``seq``, ``position``; ``None`` if empty).
-
-    Parses the file's first chunk with the engine's reader (bad records skipped: the real read
-    reports them).
-    """
-    from eventlog import BadRecords, SourceTable, merge_columns
-
-    states: list = []
-    chunks = merge_columns([path], table=SourceTable(), bad=BadRecords("skip"), modes=states)
-    try:
-        next(chunks, None)
-    finally:
-        chunks.close()
-    return states[0].mode
-
-
-def read_file_batches(path: str, index: int, part: int | None, options: dict) -> Iterator[Any]:
-    """Arrow record batches of one file in ``EVENT_LOG_SCHEMA``. Runs on an executor.
+def read_file_batches(path: str, index: int, part: int | None, options: dict,
+                      span: Span = Span(), next_line: int | None = None) -> Iterator[Any]:
+    """Arrow record batches of one file, or of its ``span``, in ``EVENT_LOG_SCHEMA``. Runs
+    on an executor.
 
     Raises the engine's ``BadRecordError`` (``FILE:LINE: …``) unless ``bad_records`` says
-    otherwise.
+    otherwise. After a span that ends before the file does, the first good record after it
+    (line ``next_line`` on) is checked against the span's last key (TS §5.2), since the
+    span after it was read without this one: a record out of order there fails the task
+    with the engine's error for it, in every ``bad_records`` mode.
     """
     import numpy as np
     import orjson
     import pyarrow as pa
 
-    from eventlog import JOIN, KIND_NAMES, SourceTable, merge_columns
+    from eventlog import JOIN, KIND_NAMES, SourceTable, read_columns
 
     schema = _arrow_schema()
     table = SourceTable()
-    bad, sink = _bad_records(options, path, index)
+    time_unit = options.get("time_unit")
+    bad, sink = _bad_records(options, path, index, span)
     kinds = np.array(KIND_NAMES, dtype=object)
     dumps = orjson.dumps
     try:
         states: list = []
-        for chunk in merge_columns([path], table=table, bad=bad, modes=states,
-                                   time_unit=options.get("time_unit")):
+        for chunk in read_columns(path, table=table, bad=bad, modes=states,
+                                  time_unit=time_unit, span=span):
             n = len(chunk)
             if not n:
                 continue
@@ -230,6 +242,9 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict) ->
                 pa.array(chunk.line, pa.int64()),
             ]
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        if span.stop is not None and states[0].mode is not None and next_line is not None:
+            _check_order_after(path, span.stop, next_line, states[0].mode,
+                               states[0].last_key, time_unit, bad.mode)
     finally:
         if sink is not None:
             sink.close()
@@ -250,6 +265,24 @@ def _refuse_edges(path: str, chunk: Any) -> None:
     rows = np.flatnonzero(chunk.kind >= START)
     if len(rows):
         raise InputError(f"{path}:{int(chunk.line[rows[0]])}: {EDGES_REFUSED}")
+
+
+def _check_order_after(path: str, stop: int, next_line: int, mode: str, last_key: int,
+                       time_unit: str | None, bad_mode: str) -> None:
+    """Raise if the first good record after byte ``stop`` is before ``last_key`` (TS §5.2):
+    the engine's error under ``fail``; under ``skip`` or ``quarantine`` the span after
+    ``stop`` has already kept the record, so the read is refused, naming it."""
+    from eventlog.spans import order_after
+
+    err = order_after(path, stop, next_line, mode, last_key, time_unit)
+    if err is None:
+        return
+    if bad_mode == "fail":
+        raise err
+    raise InputError(
+        f"{err} — the file was read in spans of bytes and this record begins a span, which "
+        f"kept it for good; bad_records={bad_mode!r} cannot leave it out. Read the file "
+        "whole: read_event_log(..., split_bytes=0)")
 
 
 def _lower(options: Any) -> dict:
@@ -296,22 +329,15 @@ class EventLogReader(DataSourceReader):
         raise InputError("goldilocks source: no path; expected .load(path) or option 'paths'")
 
     def partitions(self) -> list[FilePartition]:
-        files = self._files()
-        if len(files) > 1:  # TS §5.2: one kind of order key across the files of a replay
-            seen: dict[str, str] = {}
-            for f in files:
-                mode = file_mode(f)
-                if mode is not None:
-                    seen.setdefault(mode, f)
-            if len(seen) > 1:
-                (m1, p1), (m2, p2) = list(seen.items())[:2]
-                raise InputError(f"{p1} is ordered by {m1!r} but {p2} by {m2!r}; all files of "
-                                 "one replay must use the same order key (TS §5.2)")
-        return [FilePartition(f, i) for i, f in enumerate(files)]
+        if "splits" in self.options:  # planned by read_event_log on the driver
+            return [FilePartition.from_list(v) for v in json.loads(self.options["splits"])]
+        return plan_splits(self._files(), int(self.options.get("split_bytes", "0")),
+                           self.options.get("time_unit"))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, FilePartition)  # ours: made by partitions() above
-        yield from read_file_batches(partition.path, partition.index, None, self.options)
+        yield from read_file_batches(partition.path, partition.index, None, self.options,
+                                     partition.span, partition.next_line)
 
 
 class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -373,6 +399,58 @@ class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: parts are left in place (the sink's directory is the log)."""
 
 
+# -- planning a batch read -------------------------------------------------------------------
+
+def plan_splits(files: list[str], split_bytes: int, time_unit: str | None = None
+                ) -> list[FilePartition]:
+    """The partitions of a batch read: a JSON Lines or CSV file larger than ``split_bytes``
+    (``> 0``) as spans of about that many bytes, each starting at a line start, one task
+    each (``eventlog.spans.split_spans``: one sequential read of the file, counting
+    newlines); any other file whole. Refuses files with different kinds of order key
+    (TS §5.2). Runs where the files are listed (the driver)."""
+    from eventlog.format import log_format
+    from eventlog.spans import file_mode, split_spans
+
+    splits = [split_bytes > 0 and log_format(f) != "parquet"
+              and os.path.getsize(f) > split_bytes for f in files]
+    modes: dict[str, str | None] = {}
+    if len(files) > 1 or any(splits):
+        modes = {f: file_mode(f, time_unit) for f in files}
+        seen: dict[str, str] = {}
+        for f, mode in modes.items():
+            if mode is not None:
+                seen.setdefault(mode, f)
+        if len(seen) > 1:  # TS §5.2: one kind of order key across the files of a replay
+            (m1, p1), (m2, p2) = list(seen.items())[:2]
+            raise InputError(f"{p1} is ordered by {m1!r} but {p2} by {m2!r}; all files of "
+                             "one replay must use the same order key (TS §5.2)")
+    out: list[FilePartition] = []
+    for i, (f, split) in enumerate(zip(files, splits)):
+        spans = (split_spans(f, split_bytes, mode=modes[f], time_unit=time_unit) if split
+                 else [Span()])
+        nexts = [s.first_line for s in spans[1:]] + [None]
+        out.extend(FilePartition(f, i, None, s, n) for s, n in zip(spans, nexts))
+    return out
+
+
+def _split_bytes(spark: Any, files: list[str]) -> int:
+    """Spark's own size of a file split: ``min(maxPartitionBytes, max(openCostInBytes,
+    total bytes / default parallelism))``, so that a log fills the cores."""
+    conf = spark.conf
+    most = _bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
+    least = _bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
+    total = sum(os.path.getsize(f) for f in files)
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    return min(most, max(least, -(-total // cores)))
+
+
+def _bytes(text: str) -> int:
+    """A Spark size (``"128m"``, ``"4194304"``, ``"1g"``) in bytes."""
+    text = str(text).strip().lower().rstrip("b")
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(text[-1:], 1)
+    return int(text[:-1] if scale > 1 else text) * scale
+
+
 # -- driver-side helpers ---------------------------------------------------------------------
 
 def register(spark: Any) -> None:
@@ -387,13 +465,18 @@ def register(spark: Any) -> None:
 
 def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathLike], *,
                    bad_records: str = "fail", quarantine: str | os.PathLike | None = None,
-                   time_unit: str | None = None) -> Any:
+                   time_unit: str | None = None, split_bytes: int | None = None) -> Any:
     """Read event-log files (JSON Lines, CSV, Parquet) into a DataFrame: ``EVENT_LOG_SCHEMA``.
 
     ``path``: a file, a directory (its log files by name) or a list of them; the list order is
-    the file index of the engine's merge. Runs on the driver: lists the files and registers
-    the source; the files are parsed lazily on the executors, one task per file, by the
-    engine's reader. ``bad_records``: ``fail`` (the default: the first action fails with the
+    the file index of the engine's merge. Runs on the driver: lists the files, plans the
+    splits (``plan_splits``: a large JSON Lines or CSV file is cut at line starts into spans
+    of about ``split_bytes``, one task each, after one sequential read counting its
+    newlines) and registers the source; the files are parsed lazily on the executors by the
+    engine's reader, each span from its own first line, so errors name ``FILE:LINE`` as a
+    whole-file read does. ``split_bytes``: ``None`` for Spark's own split size
+    (``spark.sql.files.maxPartitionBytes``, smaller when the logs would not fill the cores),
+    ``0`` for one task per file. ``bad_records``: ``fail`` (the default: the first action fails with the
     engine's ``FILE:LINE: …`` message), ``skip``, or ``quarantine`` (skipped records written to
     ``quarantine``, a directory, one ``<file index>-<name>.bad.jsonl`` per file, in the
     engine's quarantine format). ``time_unit``: the unit of the logs' integer times, ``"s"``,
@@ -408,9 +491,16 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
                          f"{', '.join(BAD_RECORD_MODES)}")
     if bad_records == "quarantine" and quarantine is None:
         raise InputError("read_event_log: bad_records='quarantine' needs quarantine=<directory>")
+    if split_bytes is not None and (type(split_bytes) is not int or split_bytes < 0):
+        raise InputError(f"read_event_log: split_bytes={split_bytes!r}; expected a byte "
+                         "count >= 0 (0: one task per file) or None")
     files = [os.path.abspath(f) for f in list_log_files(path)]
+    if split_bytes is None:
+        split_bytes = _split_bytes(spark, files)
+    splits = plan_splits(files, split_bytes, time_unit)
     register(spark)
     reader = (spark.read.format(SOURCE_NAME).option("paths", json.dumps(files))
+              .option("splits", json.dumps([p.to_list() for p in splits]))
               .option("bad_records", bad_records))
     if quarantine is not None:
         reader = reader.option("quarantine", os.path.abspath(os.fspath(quarantine)))
