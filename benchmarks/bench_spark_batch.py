@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -82,20 +83,44 @@ def kernel_counts(rows: int) -> tuple[int, int]:
     return int(np.count_nonzero(emitted)), int(np.count_nonzero(late))
 
 
-def child(master: str, paths: list[str], rows: int, reps: int, plans: list[str]) -> dict:
-    """Run every contender in a fresh session of ``master``; return their wall times."""
+def session(master: str, name: str):  # type: ignore[no-untyped-def]
+    """A fresh local session of ``master`` for a benchmark's child process."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName(name)
+             .config("spark.driver.memory", "6g").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "8").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def rounds(spark, contenders: dict[str, Callable[[], object]], reps: int) -> dict:  # type: ignore[no-untyped-def]
+    """``reps`` rounds of every contender in turn: wall and CPU seconds of each run (the
+    JVM's process tree and this process), and the load average before and after."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    jvm = spark.sparkContext._gateway.proc.pid
+    load_before = os.getloadavg()[0]
+    for _ in range(reps):
+        for name, run in contenders.items():
+            began, cpu_began = time.perf_counter(), process_cpu(jvm) + time.process_time()
+            run()
+            times[name].append(time.perf_counter() - began)
+            cpu[name].append(process_cpu(jvm) + time.process_time() - cpu_began)
+    return {"times": times, "cpu": cpu, "load": [load_before, os.getloadavg()[0]],
+            "spark": spark.version}
+
+
+def child(master: str, paths: list[str], rows: int, reps: int, plans: list[str]) -> dict:
+    """Run every contender in a fresh session of ``master``; return their wall times."""
     from pyspark.sql import functions as F
 
     from goldilocks.replay import replay as engine_replay
     from spark_adapter import replay, write_replay
 
-    spark = (SparkSession.builder.master(master).appName("bench_spark_batch")
-             .config("spark.driver.memory", "6g").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "8").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = session(master, "bench_spark_batch")
     want = kernel_counts(rows)
 
     def frame():
@@ -122,18 +147,8 @@ def child(master: str, paths: list[str], rows: int, reps: int, plans: list[str])
     for name, run in contenders.items():
         got = run(True)
         assert got == want, (master, name, got, want)
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    cpu: dict[str, list[float]] = {name: [] for name in contenders}
-    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-    load_before = os.getloadavg()[0]
-    for _ in range(reps):
-        for name, run in contenders.items():
-            began, cpu_began = time.perf_counter(), process_cpu(jvm) + time.process_time()
-            run(False)
-            times[name].append(time.perf_counter() - began)
-            cpu[name].append(process_cpu(jvm) + time.process_time() - cpu_began)
-    result = {"master": master, "times": times, "cpu": cpu,
-              "load": [load_before, os.getloadavg()[0]], "spark": spark.version}
+    result = {"master": master, **rounds(spark, {name: partial(run, False) for name, run
+                                                 in contenders.items()}, reps)}
     spark.stop()
     return result
 

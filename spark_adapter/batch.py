@@ -363,8 +363,9 @@ def _split_decided(decided: DataFrame, columns: list[str]) -> tuple[DataFrame, D
 def read_event_log(spark: SparkSession, path: str | Sequence[str], **options: Any) -> DataFrame:
     """Read event-log files into a DataFrame with ``EVENT_LOG_SCHEMA``.
 
-    Runs on the driver (listing files); the files are parsed on the executors, one task per
-    file, by the engine's own reader. See ``spark_adapter.source`` for the options.
+    Runs on the driver (listing files, planning spans of large JSON Lines/CSV files); the
+    files are parsed on the executors, a task per file or span, by the engine's own reader.
+    See ``spark_adapter.source.read_event_log`` for the options.
     """
     from spark_adapter.source import read_event_log as _read
 

@@ -8,8 +8,13 @@ the readers keep no state between calls that matters for correctness, and the pl
 relists the directory on every call. Parsing is the engine's own (``eventlog``): the
 same validation, the same ``BadRecordError`` text naming file and line (TS §5.3).
 
-Batch (``read_event_log``, or ``spark.read.format("goldilocks")``): one task per file; rows
-carry the engine's merge key ``(order_key, file_index, line)``.
+Batch (``read_event_log``, or ``spark.read.format("goldilocks")``): a task per file, or per
+span of bytes of a large JSON Lines or CSV file (``plan_splits``, ``eventlog.spans``; each
+span read from its own first line, so errors name ``FILE:LINE`` as a whole-file read does);
+rows carry the engine's merge key ``(order_key, file_index, line)``. ``read_event_log``
+plans the spans on the driver and passes them as the option ``splits``; a direct
+``spark.read.format("goldilocks")`` read takes ``split_bytes`` (default 0: a task per file)
+and plans them in the planning process, at every planning.
 
 Streaming (``spark.readStream.format("goldilocks").load(directory)``): a directory of parts
 ``<prefix>-<n>.jsonl`` as ``eventlog.RollingFileSink`` publishes them (atomically, so a
@@ -434,14 +439,18 @@ def plan_splits(files: list[str], split_bytes: int, time_unit: str | None = None
 
 
 def _split_bytes(spark: Any, files: list[str]) -> int:
-    """Spark's own size of a file split: ``min(maxPartitionBytes, max(openCostInBytes,
-    total bytes / default parallelism))``, so that a log fills the cores."""
+    """The span size of a read: about Spark's own file split size (``min(maxPartitionBytes,
+    max(openCostInBytes, total bytes / default parallelism))``), adjusted so that the count
+    of spans is a multiple of the cores (three equal spans on two cores take two rounds)."""
     conf = spark.conf
     most = _bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
     least = _bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
     total = sum(os.path.getsize(f) for f in files)
     cores = max(1, spark.sparkContext.defaultParallelism)
-    return min(most, max(least, -(-total // cores)))
+    size = min(most, max(least, -(-total // cores)))
+    spans = -(-total // size)
+    spans = -(-spans // cores) * cores
+    return max(least, -(-total // spans))
 
 
 def _bytes(text: str) -> int:

@@ -52,6 +52,20 @@ def _split_at(path: Path, line: int) -> int:
     raise AssertionError(f"no split of {path} begins at line {line}")
 
 
+def _cut_at(path: Path, at: int) -> int:
+    """A ``split_bytes`` for which ``path`` would be cut at byte ``at`` (before spans are
+    joined across quoted cells)."""
+    from eventlog.spans import _cuts
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = len(f.readline())
+        for span in range(size // 2, 8, -1):
+            if at in _cuts(f, size, -(-size // span), header):
+                return span
+    raise AssertionError(f"no split of {path} cuts at byte {at}")
+
+
 def _jsonl(path: Path, lines: list[str], newline: str = "\n", last: bool = True) -> Path:
     path.write_text(newline.join(lines) + (newline if last else ""), newline="")
     return path
@@ -89,6 +103,26 @@ def test_a_bad_line_in_the_third_span_is_named_as_the_engine_names_it(spark, tmp
     assert message in str(spark_error.value)
 
 
+def test_quarantine_in_spans_keeps_each_bad_record_once(spark, tmp_path):
+    """Under ``quarantine`` each span writes its own file, named by its first line; together
+    they hold the bad records a whole-file read skips, and the good rows are the same."""
+    import json
+
+    lines = [_line(i, 100_000 + 10 * i) for i in range(1, 301)]
+    for i in (20, 180, 260):
+        lines[i] = lines[i].replace('"kind":"insert"', '"kind":"insrt"')
+    path = _jsonl(tmp_path / "log.jsonl", lines)
+    spans = tmp_path / "spans"
+    _, got = _read(spark, path, path.stat().st_size // 4 + 1, bad_records="quarantine",
+                   quarantine=spans)
+    _, whole = _read(spark, path, 0, bad_records="skip")
+    assert got == whole and len(got) == 297
+    names = sorted(p.name for p in spans.iterdir())
+    assert len(names) == 4 and names[0] == "000000-log.jsonl-1.bad.jsonl"
+    kept = [json.loads(x) for name in names for x in (spans / name).read_text().splitlines()]
+    assert sorted(r["line"] for r in kept) == [21, 181, 261]
+
+
 def test_crlf_blank_lines_and_no_final_newline(spark, tmp_path):
     """CRLF line ends, a run of blank lines that fills whole spans (spans with no record),
     and a last line without its newline: the same rows and line numbers as one task."""
@@ -123,6 +157,9 @@ def test_a_csv_log_in_spans_reads_the_header_in_each(spark, tmp_path):
     frame, got = _same_as_whole(spark, path, 200)
     assert frame.rdd.getNumPartitions() > 10
     assert len(got) == 199 and got[-1][-1] == 201  # the quoted newline is a line
+    split = _cut_at(path, path.read_bytes().index(b'""x""'))  # inside the quoted cell
+    frame, _ = _same_as_whole(spark, path, split)
+    assert frame.rdd.getNumPartitions() >= 2
 
 
 def test_a_csv_quote_the_count_misses_is_refused_naming_the_line(spark, tmp_path):
