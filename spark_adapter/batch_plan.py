@@ -99,12 +99,16 @@ def row_named(order: Sequence[str]) -> Column:
                                for c in order])
 
 
+def _no_key(order: Sequence[str]) -> Column:
+    """True where one of the ``order`` columns is null (one column or several)."""
+    return reduce(operator.or_, [F.col(c).isNull() for c in order])
+
+
 def refuse_null_order(value: Column, order: Sequence[str]) -> Column:
     """``value``, or the job fails naming the row when one of its ``order`` columns is null:
     such a row has no place in arrival order (the engine's readers refuse a record without
     its order key, TS §5.3). Evaluated per row, inside the plan: no extra pass."""
-    no_key = F.greatest(*[F.col(c).isNull() for c in order])
-    return F.when(no_key, F.raise_error(F.concat(
+    return F.when(_no_key(order), F.raise_error(F.concat(
         F.lit("replay: a row has a null order column ("), row_named(order),
         F.lit(f"); {NULL_ORDER}")))).otherwise(value)
 
@@ -168,7 +172,7 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
     spark = df.sparkSession
     key = F.col(order[0])
     rows = df.withColumn(_D, delayed_cti(policy.delay))
-    no_key = F.count(F.when(reduce(operator.or_, [F.col(c).isNull() for c in order]), 1))
+    no_key = F.count(F.when(_no_key(order), 1))
     span = rows.agg(F.min(key), F.max(key), F.count(F.lit(1)), no_key).first()  # job 1
     assert span is not None  # an aggregate without grouping has one row
     lo, hi, n, missing = span
