@@ -448,7 +448,7 @@ def _split_bytes(spark: Any, files: list[str]) -> int:
     total = sum(os.path.getsize(f) for f in files)
     cores = max(1, spark.sparkContext.defaultParallelism)
     size = min(most, max(least, -(-total // cores)))
-    spans = -(-total // size)
+    spans = max(1, -(-total // size))  # empty files: one
     spans = -(-spans // cores) * cores
     return max(least, -(-total // spans))
 
