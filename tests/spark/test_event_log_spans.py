@@ -208,3 +208,15 @@ def test_split_bytes_is_checked(spark, tmp_path):
     path = _jsonl(tmp_path / "a.jsonl", [_line(1, 10)])
     with pytest.raises(InputError, match="split_bytes=-1"):
         read_event_log(spark, path, split_bytes=-1)
+
+
+def test_the_source_read_directly_takes_split_bytes(spark, tmp_path):
+    """``spark.read.format("goldilocks")`` plans the spans itself from ``split_bytes``
+    (default: a task per file)."""
+    lines = [_line(i, 10 * i) for i in range(1, 200)]
+    path = _jsonl(tmp_path / "log.jsonl", lines)
+    _, whole = _read(spark, path, 0)
+    direct = spark.read.format("goldilocks").option("split_bytes", "500").load(str(path))
+    assert direct.rdd.getNumPartitions() > 5
+    assert [tuple(r) for r in direct.orderBy(*ORDER).collect()] == whole
+    assert spark.read.format("goldilocks").load(str(path)).rdd.getNumPartitions() == 1
