@@ -46,11 +46,13 @@ from engine.policy import Policy
 from operators.policies import resolve_policy
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED
 from engine.times import to_duration_ns
+from spark_adapter.batch_edges import (EDGE_KIND, EDGE_LATE_COLUMNS, SIDE, EdgePlan,
+                                       decide_edges, edge_plan, inner_policy, mask_edges,
+                                       refuse_edges)
 from spark_adapter.batch_plan import (ACTION, CTI_AFTER, delayed_cti, refuse_null_order,
                                       scan_decided)
 from spark_adapter.batch_splits import splits_decided
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, ORDER_COLUMNS
-from spark_adapter.source import EDGES_REFUSED
 
 __all__ = ["read_event_log", "replay", "write_replay", "resolve_spark_policy", "STRATEGIES",
            "LATE_COLUMNS"]
@@ -91,7 +93,8 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
                 f"{policy.delay} ns; pass one or the other"
             )
         built = policy
-    if built.name == "min":
+    inner, _ = inner_policy(built)  # with_edges(policy): the plans run the policy it wraps
+    if inner.name == "min":
         raise NotImplementedError(
             "replay: the 'min' policy has no Spark batch form. Its CTI is the minimum over the "
             "latest CTIs of the inputs live at each row (inputs join and leave), so a row's "
@@ -99,9 +102,9 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
             "associative prefix scan to split over buckets. Replay it with goldilocks.replay, or "
             "stream it through spark_adapter.watermark_stage, which runs the policy's own step."
         )
-    if callable(getattr(built, "run_source_columns", None)):  # quantile, max_ahead
-        rule = ("goldilocks(max_ahead=…)" if built.name == "goldilocks"
-                else f"the {built.name!r} rule")
+    if callable(getattr(inner, "run_source_columns", None)):  # quantile, max_ahead
+        rule = ("goldilocks(max_ahead=…)" if inner.name == "goldilocks"
+                else f"the {inner.name!r} rule")
         raise NotImplementedError(
             f"replay: {rule} has no Spark batch form. Its CTI is an order statistic over the "
             "latest CTIs of the inputs live at each row (TS §2.5, §2.6): which input sent "
@@ -110,9 +113,9 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
             "path runs the rule), or run it in Spark through "
             "spark_adapter.watermark_stage(..., policy=...), one task per clock group."
         )
-    if built.name not in ("goldilocks", "max"):
+    if inner.name not in ("goldilocks", "max"):
         raise NotImplementedError(
-            f"replay: policy {built.name!r} has no Spark batch form; only running-maximum "
+            f"replay: policy {inner.name!r} has no Spark batch form; only running-maximum "
             "policies ('goldilocks', 'max') split into a bucketed prefix scan"
         )
     return built
@@ -218,7 +221,13 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     time in ``start`` and no ``source``, ``end`` or ``payload``. ``join``/``leave`` rows and
     CTIs that do not advance time are not emitted. ``late`` holds every late insert as it
     arrived, plus ``cti`` (the CTI it violated), ``action`` (``"dropped"``/``"adjusted"``) and
-    ``adjusted_start`` (for ``"adjusted"``). Neither frame is sorted: order by ``order_by``.
+    ``adjusted_start`` (for ``"adjusted"``). A frame with an ``id`` column (every
+    ``read_event_log`` frame) may hold edges (TS §7; ``spark_adapter.batch_edges``): under the
+    scan and range plans they are decided as the engine's replay decides them, emitted edges
+    in ``events``, and ``late`` has two more columns, ``adjusted_end`` and ``reason``, for the
+    edges' records (``unmatched`` ones included, the start edges never closed as they went
+    out); the other plans, and a frame without ``id``, fail on an edge row with the reason.
+    Neither frame is sorted: order by ``order_by``.
     The two frames share their plan, so writing both decides the log twice: ``write_replay``
     decides it once.
     """
@@ -257,25 +266,39 @@ def _decided(df: DataFrame, *, delay: object, policy: str | Policy, on_late: str
         raise InputError(f"replay: ranges={ranges!r}; expected a count >= 1")
     if buckets is not None and buckets < 1:
         raise InputError(f"replay: buckets={buckets!r}; expected a count >= 1")
-    # TS §7.9: a frame of the user's with edge rows fails with that reason when it runs,
-    # instead of losing them (the plans below know inserts and CTIs only)
-    df = df.withColumn("kind", F.when(F.col("kind").isin("start", "end"), F.raise_error(
-        F.lit(f"replay: {EDGES_REFUSED}"))).otherwise(F.col("kind")))
+    inner, max_open = inner_policy(built)
+    columns = df.columns
+    edged = "id" in columns  # TS §7.1: edges are matched by (source, id)
+    if not edged:
+        df = refuse_edges(df, "replay: an edge row (kind 'start' or 'end') needs an 'id' column "
+                              "(TS §7.1: an end edge closes the start edge of its source with "
+                              "its id); the frame has none")
+    elif strategy not in ("scan", "ranges"):
+        df = refuse_edges(df, f"replay: strategy={strategy!r} has no form for edge rows (kind "
+                              "'start' or 'end', TS §7.9); replay them with strategy='scan' or "
+                              "'ranges'")
     if strategy in ("scan", "ranges"):
+        plan = edge_plan(df, inner, max_open, groups) if edged else None
+        if plan is not None and plan.edges:
+            df = mask_edges(df, order)  # TS §7: decided after pass 2, per (source, id)
+        else:
+            plan = None
         decided = None
         if strategy == "scan" and ranges is None:  # no shuffle when the partitions allow it
-            decided = splits_decided(df, built, groups, order)
+            decided = splits_decided(df, inner, groups, order)
         if decided is None:
-            decided = scan_decided(df, built, groups, order, ranges)
-        return decided, partial(_split_decided, columns=df.columns)
+            decided = scan_decided(df, inner, groups, order, ranges)
+        return decided, partial(_split_decided, columns=columns, edged=edged, plan=plan,
+                                policy=inner, max_open=max_open, groups=groups, order=order)
     # A null order key would sort first in these plans' windows, decided before every
     # other row; the scan plans refuse such a row, and so do these, per row. # TS §5.3
-    rows = df.withColumn(_DELAYED, refuse_null_order(delayed_cti(built.delay), order))
+    rows = df.withColumn(_DELAYED, refuse_null_order(delayed_cti(inner.delay), order))
     if strategy == "bucketed":
         rows = _bucketed_prior(rows, groups, order, buckets)
     else:
         rows = _global_prior(rows, groups, order)
-    return rows, partial(_split, columns=df.columns, adjust=built.on_late == "adjust")
+    return rows, partial(_split, columns=columns, adjust=inner.on_late == "adjust",
+                         edged=edged)
 
 
 def write_replay(df: DataFrame, events_path: str, late_path: str, *, format: str = "parquet",
@@ -306,7 +329,17 @@ _REPLAY_DEFAULTS: dict[str, Any] = {
     "order_by": None, "buckets": None, "strategy": DEFAULT_STRATEGY, "ranges": None}
 
 
-def _split(rows: DataFrame, columns: list[str], adjust: bool) -> tuple[DataFrame, DataFrame]:
+def _edge_late_columns(late: DataFrame, edged: bool) -> DataFrame:
+    """The late frame of a frame that can hold edges has ``EDGE_LATE_COLUMNS`` too: null on
+    the inserts (their records have no reason under the batch form's policies)."""
+    if not edged:
+        return late
+    return late.select("*", F.lit(None).cast("bigint").alias("adjusted_end"),
+                       F.lit(None).cast("string").alias("reason"))
+
+
+def _split(rows: DataFrame, columns: list[str], adjust: bool, edged: bool = False
+           ) -> tuple[DataFrame, DataFrame]:
     prior = F.col(_PRIOR)
     d = F.col(_DELAYED)
     kind = F.col("kind")
@@ -334,12 +367,31 @@ def _split(rows: DataFrame, columns: list[str], adjust: bool) -> tuple[DataFrame
     late_rows = rows.where(late).select(
         *[F.col(c) for c in columns], prior.alias("cti"), action.alias("action"),
         F.when(clipped, prior).alias("adjusted_start"))
-    return events, late_rows
+    return events, _edge_late_columns(late_rows, edged)
 
 
-def _split_decided(decided: DataFrame, columns: list[str]) -> tuple[DataFrame, DataFrame]:
+def _split_decided(decided: DataFrame, columns: list[str], edged: bool = False,
+                   plan: EdgePlan | None = None, policy: Policy | None = None,
+                   max_open: int = 0, groups: Sequence[str] = (), order: Sequence[str] = ()
+                   ) -> tuple[DataFrame, DataFrame]:
     """``(events, late)`` from rows the scan decided (``ACTION``, ``CTI_AFTER``): the same
-    columns and values as ``_split`` gives from the SQL plans."""
+    columns and values as ``_split`` gives from the SQL plans. With a ``plan`` (the log has
+    edges), the edge rows are decided per key (``batch_edges``) and joined to the others."""
+    if plan is None:
+        events, late = _split_inserts(decided, columns)
+        return events, _edge_late_columns(late, edged)
+    assert policy is not None
+    events, late = _split_inserts(decided.where(F.col(EDGE_KIND).isNull()), columns)
+    edges = decide_edges(decided, policy, max_open, list(groups), list(order), columns, plan)
+    side = F.col(SIDE)
+    events = events.unionByName(edges.where(side == 0).select(*columns, "cti"))
+    late = _edge_late_columns(late, True).unionByName(edges.where(side == 1).select(
+        *columns, *LATE_COLUMNS, *EDGE_LATE_COLUMNS))
+    return events, late
+
+
+def _split_inserts(decided: DataFrame, columns: list[str]) -> tuple[DataFrame, DataFrame]:
+    """``(events, late)`` of the rows of ``decided`` that are not edges."""
     action = F.col(ACTION)
     cti = F.col(CTI_AFTER)
     is_cti = action == F.lit(CTI_EMIT)

@@ -8,10 +8,12 @@ column          type      meaning
 ==============  ========  ===================================================================
 ``seq``         bigint    the record's ``seq`` field (null when absent)
 ``source``      string    the input (device); null only on a merged-stream CTI
-``kind``        string    ``insert``, ``cti``, ``join`` or ``leave``
+``kind``        string    ``insert``, ``cti``, ``join``, ``leave``, or an edge: ``start``, ``end``
 ``start``       bigint    ns since the epoch, UTC (null on ``join``/``leave``)
-``end``         bigint    ns; null for a point and for non-inserts
+``end``         bigint    ns; null for a point, a start edge and for non-inserts
 ``payload``     string    the payload as compact JSON text; null when absent or ``null``
+``id``          string    an edge's ``id`` as compact JSON text (``"front"``, ``7``): a string
+                          and an integer stay apart, as the engine keeps them; null elsewhere
 ``arrival``     bigint    the record's ``arrival`` field in ns (null when absent)
 ``order_key``   bigint    the file's order key: ``arrival``, else ``seq``, else the position
 ``file_index``  int       the file's position in the list of paths (the merge tie-break)
@@ -46,6 +48,8 @@ __all__ = [
     "KIND_CTI",
     "KIND_JOIN",
     "KIND_LEAVE",
+    "KIND_START",
+    "KIND_END",
     "WATERMARK_THRESHOLD",
     "cti_to_watermark_ms",
     "watermark_ms_to_cti",
@@ -58,6 +62,8 @@ KIND_INSERT = "insert"
 KIND_CTI = "cti"
 KIND_JOIN = "join"
 KIND_LEAVE = "leave"
+KIND_START = "start"  # edges (TS §7): matched by (source, id)
+KIND_END = "end"
 
 #: (name, Spark SQL type) of the event-log DataFrame, in order.
 EVENT_LOG_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -67,6 +73,7 @@ EVENT_LOG_COLUMNS: tuple[tuple[str, str], ...] = (
     ("start", "BIGINT"),
     ("end", "BIGINT"),
     ("payload", "STRING"),
+    ("id", "STRING"),
     ("arrival", "BIGINT"),
     ("order_key", "BIGINT"),
     ("file_index", "INT"),

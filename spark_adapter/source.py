@@ -45,7 +45,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from engine.errors import InputError
 from eventlog.records import Span
-from spark_adapter.schema import EVENT_LOG_COLUMNS, EVENT_LOG_SCHEMA, SOURCE_NAME
+from spark_adapter.schema import (EVENT_LOG_COLUMNS, EVENT_LOG_SCHEMA, KIND_END, KIND_START,
+                                  SOURCE_NAME)
 from spark_adapter.session import use_driver_python, worker_python_error
 
 __all__ = [
@@ -208,13 +209,16 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict,
     import orjson
     import pyarrow as pa
 
-    from eventlog import JOIN, KIND_NAMES, SourceTable, read_columns
+    from eventlog import JOIN, KIND_NAMES, LEAVE, SourceTable, read_columns
+    from eventlog.format import END, START
 
     schema = _arrow_schema()
     table = SourceTable()
     time_unit = options.get("time_unit")
     bad, sink = _bad_records(options, path, index, span)
-    kinds = np.array(KIND_NAMES, dtype=object)
+    kinds = np.empty(max(START, END) + 1, dtype=object)
+    kinds[:len(KIND_NAMES)] = KIND_NAMES
+    kinds[START], kinds[END] = KIND_START, KIND_END
     dumps = orjson.dumps
     try:
         states: list = []
@@ -223,24 +227,28 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict,
             n = len(chunk)
             if not n:
                 continue
-            if chunk.ids is not None:
-                _refuse_edges(path, chunk)
             mode = states[0].mode  # fixed by the file's first record (TS §5.2)
             names = np.array([*table.names, None], dtype=object)  # code -1 -> None
-            no_time = chunk.kind >= JOIN
+            no_time = (chunk.kind == JOIN) | (chunk.kind == LEAVE)
             key = chunk.key
             if part is not None:
                 order_key = (np.int64(part) << np.int64(_PART_SHIFT)) + chunk.line
             else:
                 order_key = key
+            if chunk.ids is None:
+                ids = pa.nulls(n, pa.string())
+            else:  # TS §7.1: as JSON text, the ids 7 and "7" stay two ids
+                ids = pa.array([None if i is None else dumps(i).decode() for i in chunk.ids],
+                               pa.string())
             columns = [
                 pa.array(key, pa.int64(), mask=np.full(n, mode != "seq")),
                 pa.array(names[chunk.source], pa.string()),
                 pa.array(kinds[chunk.kind], pa.string()),
                 pa.array(chunk.start, pa.int64(), mask=no_time),
-                pa.array(chunk.end, pa.int64(), mask=~chunk.has_end),
+                pa.array(chunk.end, pa.int64(), mask=~chunk.has_end & (chunk.kind != END)),
                 pa.array([None if p is None else dumps(p).decode() for p in chunk.payload],
                          pa.string()),
+                ids,
                 pa.array(key, pa.int64(), mask=np.full(n, mode != "arrival")),
                 pa.array(order_key, pa.int64()),
                 pa.array(np.full(n, index, np.int32), pa.int32()),
@@ -253,23 +261,6 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict,
     finally:
         if sink is not None:
             sink.close()
-
-
-#: why the Spark adapter reads no edge records (TS §7.9), said where one is met
-EDGES_REFUSED = ("edge records (kind \"start\"/\"end\", TS §7) have no Spark form yet: an end "
-                 "edge is decided by its start edge's fate, which no prefix scan carries; "
-                 "replay this log with goldilocks replay (or goldilocks.replay.replay)")
-
-
-def _refuse_edges(path: str, chunk: Any) -> None:
-    """``InputError`` naming the file and line of the chunk's first edge record."""
-    import numpy as np
-
-    from eventlog.format import START
-
-    rows = np.flatnonzero(chunk.kind >= START)
-    if len(rows):
-        raise InputError(f"{path}:{int(chunk.line[rows[0]])}: {EDGES_REFUSED}")
 
 
 def _check_order_after(path: str, stop: int, next_line: int, mode: str, last_key: int,

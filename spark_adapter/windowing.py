@@ -47,7 +47,7 @@ from engine.times import MAX_TIME
 from operators.window_columns import WindowColumns
 from operators.windows import (Fold, Windows, WindowSpec, hopping_spec, number, parse_fold,
                                tumbling_spec)
-from spark_adapter.schema import KIND_INSERT, ORDER_COLUMNS
+from spark_adapter.schema import KIND_INSERT, KIND_START, ORDER_COLUMNS
 
 __all__ = ["windows", "window_stage", "WINDOW_COLUMNS"]
 
@@ -77,8 +77,9 @@ def windows(events: DataFrame, *, window: object, aggregates: Sequence[str] = ("
     when no insert of the window had the field; ``count_FIELD`` a bigint). Unsorted: order by
     ``end``, then ``key`` (and the group columns) for the engine's order.
 
-    ``events``: ``replay``'s events (rows of ``kind`` other than ``insert`` are not
-    windowed), or any frame of inserts. ``window``, ``hop``, ``offset``: as ``goldilocks
+    ``events``: ``replay``'s events (rows of ``kind`` other than ``insert`` and ``start``
+    are not windowed: an edge counts once, by its start edge, TS §7.8), or any frame of
+    inserts. ``window``, ``hop``, ``offset``: as ``goldilocks
     replay --window/--hop`` (``"1m"``, int ns). ``aggregates``: ``"count"``,
     ``"mean:FIELD"``… (the built-in folds; FIELD is a numeric column of ``events``, else a
     field of its JSON ``payload``). ``key``: ``None`` (one window per interval), a string
@@ -101,8 +102,8 @@ def windows(events: DataFrame, *, window: object, aggregates: Sequence[str] = ("
         raise _fail(f"column name(s) {internal} use the reserved prefix '_gl_'")
 
     rows = events
-    if "kind" in columns:
-        rows = rows.where(F.col("kind") == F.lit(KIND_INSERT))
+    if "kind" in columns:  # TS §7.8: an edge counts once, by its start edge
+        rows = rows.where(F.col("kind").isin(KIND_INSERT, KIND_START))
     rows = rows.withColumn(_T, _nanoseconds(events, time_col))
     key_col, key_field = _key(events, key)
     sources = _sources(events, folds)

@@ -63,9 +63,30 @@ def late_from_rows(rows: Iterable[Any]) -> list[tuple]:
             for r in rows]
 
 
+def _fields(r: Any) -> Any:
+    return r if isinstance(r, dict) else r.asDict()
+
+
+def _row_event(r: Any, start: int | None = None, end: int | None = None) -> Event:
+    """The event of a Spark row (an insert or an edge; ``id`` as JSON text), its start and
+    end replaced when given."""
+    from engine.event import END, INTERVAL, MAX_TIME, START
+
+    payload = None if r["payload"] is None else orjson.loads(r["payload"])
+    s = r["start"] if start is None else start  # None: as the row has it
+    e = r["end"] if end is None else end
+    if r["kind"] in ("start", "end"):
+        ident = orjson.loads(r["id"])
+        if r["kind"] == "start":
+            return Event(START, s, MAX_TIME, payload, r["source"], ident)
+        return Event(END, s, e, payload, r["source"], ident)
+    if r["end"] is None:
+        return Event(POINT, s, s + 1, payload, r["source"])
+    return Event(INTERVAL, s, e, payload, r["source"])
+
+
 def canonical_events(rows: Iterable[Any]) -> bytes:
     """Spark event rows (in arrival order) as the engine's canonical replay output."""
-    from engine.event import INTERVAL
     from eventlog import encode_event
 
     out = []
@@ -73,34 +94,24 @@ def canonical_events(rows: Iterable[Any]) -> bytes:
         if r["kind"] == "cti":
             out.append(encode_event(Event(CTI, r["start"], None, None, None)))
             continue
-        payload = None if r["payload"] is None else orjson.loads(r["payload"])
-        if r["end"] is None:
-            e = Event(POINT, r["start"], r["start"] + 1, payload, r["source"])
-        else:
-            e = Event(INTERVAL, r["start"], r["end"], payload, r["source"])
-        out.append(encode_event(e))
+        out.append(encode_event(_row_event(r)))
     return b"".join(out)
 
 
 def canonical_late(rows: Iterable[Any]) -> bytes:
-    """Spark late rows (in arrival order; a dict may hold ``reason``, the late record's) as
-    the engine's canonical late file."""
-    from engine.event import INTERVAL
+    """Spark late rows (in arrival order; ``reason`` and ``adjusted_end`` when the frame has
+    them) as the engine's canonical late file."""
     from eventlog import encode_late
 
     out = []
     for r in rows:
-        payload = None if r["payload"] is None else orjson.loads(r["payload"])
-        if r["end"] is None:
-            e = Event(POINT, r["start"], r["start"] + 1, payload, r["source"])
-        else:
-            e = Event(INTERVAL, r["start"], r["end"], payload, r["source"])
+        f = _fields(r)
+        e = _row_event(f)
         adjusted = None
-        if r["action"] == "adjusted":
-            adjusted = Event(e.kind, r["adjusted_start"], e.end, payload, e.source)
-        reason = r.get("reason") if isinstance(r, dict) else None  # a Spark Row has none
-        out.append(encode_late(LateRecord(e.source, e, r["cti"], r["action"], adjusted,
-                                          reason)))
+        if f["action"] == "adjusted":
+            adjusted = _row_event(f, f["adjusted_start"], f.get("adjusted_end"))
+        out.append(encode_late(LateRecord(e.source, e, f["cti"], f["action"], adjusted,
+                                          f.get("reason"))))
     return b"".join(out)
 
 

@@ -49,11 +49,12 @@ def test_read_gives_the_documented_schema_and_values(spark, tmp_path):
     rows = [r.asDict() for r in frame.orderBy(*ORDER).collect()]
     assert rows == [
         dict(seq=4, source="A", kind="insert", start=10**9, end=2 * 10**9,
-             payload='{"b":1,"a":[true,null]}', arrival=None, order_key=4, file_index=0, line=1),
-        dict(seq=9, source=None, kind="cti", start=7, end=None, payload=None, arrival=None,
-             order_key=9, file_index=0, line=3),
-        dict(seq=9, source="A", kind="leave", start=None, end=None, payload=None, arrival=None,
-             order_key=9, file_index=0, line=4),
+             payload='{"b":1,"a":[true,null]}', id=None, arrival=None, order_key=4,
+             file_index=0, line=1),
+        dict(seq=9, source=None, kind="cti", start=7, end=None, payload=None, id=None,
+             arrival=None, order_key=9, file_index=0, line=3),
+        dict(seq=9, source="A", kind="leave", start=None, end=None, payload=None, id=None,
+             arrival=None, order_key=9, file_index=0, line=4),
     ]
 
 

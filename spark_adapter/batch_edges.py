@@ -1,0 +1,226 @@
+"""Edge events (TS §7) in Spark's batch replay: the scan and range plans decide them exactly
+as the engine's replay does.
+
+An edge's fate depends on two things: the CTI in force when it arrives, and — for an end edge
+— what became of its start edge. The first is what pass 2 of the plans already computes for
+every row, so the plans decide the log with each edge row shown to them as an insert (the
+policies of the batch form keep no state of inserts: the row changes nothing, and the CTI in
+force before it comes out as its ``CTI_AFTER``). The second is a matter of the edge rows
+alone, which are few beside the log, and of each ``(source, id)`` alone::
+
+    probe   one small job over the log: per clock group, its edge rows, its start edges,
+            and its last CTI (the one in force at the end, for the edges never closed)
+    pass 2  the plan as without edges, edge rows masked as inserts (their kind kept aside)
+    edges   the edge rows, by (group, source, id) -- a shuffle of the edge rows only --
+            each key's rows in arrival order through the engine's own ``with_edges`` step,
+            its policy state set to the CTI in force at each row, then its ``finish``
+
+Running the engine's step keeps every rule of TS §7 in one place: a late start edge dropped
+or clipped (TS §7.2), an end edge moved to the CTI and never orphaned (TS §7.3), dropped with
+its start edge (TS §7.4), reported when unmatched (TS §7.5), an id reused after its close.
+The only rule that is not a matter of one key is the bound on the open edges (TS §7.6):
+when a group has no more start edges than ``max_open`` the bound is never reached, and the
+keys are decided apart exactly; otherwise the replay is refused with the counts (pass a
+policy ``with_edges(…, max_open=…)`` with room for them, or replay with ``goldilocks
+replay``). Memory per task: one key's edge rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from engine.errors import InputError
+from engine.event import END as END_KIND, START as START_KIND, Event, LateRecord
+from engine.policy import Policy
+from operators.edges import DEFAULT_MAX_OPEN, EdgePolicy, EdgeState, with_edges
+from spark_adapter.batch_plan import ACTION, CTI_AFTER, delayed_cti
+from spark_adapter.schema import KIND_END, KIND_INSERT, KIND_START
+
+__all__ = ["EDGE_KIND", "EDGE_LATE_COLUMNS", "EdgePlan", "edge_plan", "mask_edges",
+           "decide_edges", "refuse_edges", "inner_policy", "SIDE"]
+
+#: The original kind of an edge row while the plans see it as an insert (null on other rows).
+EDGE_KIND = "_gl_edge_kind"
+#: Columns the late frame has beside ``LATE_COLUMNS`` when the frame can hold edges (an
+#: ``id`` column): what an end edge's move changed, and the record's reason (TS §7.5).
+EDGE_LATE_COLUMNS = ("adjusted_end", "reason")
+#: Which frame a decided edge row goes to: 0 the events, 1 the late rows.
+SIDE = "_gl_side"
+
+
+
+def _is_edge() -> Column:
+    return F.col("kind").isin(KIND_START, KIND_END)
+
+
+def inner_policy(policy: Policy) -> tuple[Policy, int]:
+    """``(the policy of the batch form, max_open)``: a policy built ``with_edges`` is
+    unwrapped (the plans' kernels run the policy it wraps)."""
+    if isinstance(policy, EdgePolicy):
+        return policy.policy, policy.max_open
+    return policy, DEFAULT_MAX_OPEN
+
+
+def refuse_edges(df: DataFrame, why: str) -> DataFrame:
+    """``df`` whose edge rows fail the job with ``why`` when it runs (TS §7.9): never lost,
+    never taken for another kind."""
+    return df.withColumn("kind", F.when(_is_edge(), F.raise_error(F.lit(why)))
+                         .otherwise(F.col("kind")))
+
+
+class EdgePlan:
+    """What the probe found: per clock group (a tuple of its values), the CTI in force at the
+    end of the log (``None``: none); ``edges`` the edge rows in all."""
+
+    def __init__(self, edges: int, finals: dict[tuple, int | None]) -> None:
+        self.edges = edges
+        self.finals = finals
+
+
+def edge_plan(df: DataFrame, policy: Policy, max_open: int, groups: list[str]) -> EdgePlan:
+    """The probe (one job over the log, on the driver): the edge rows and every group's last
+    CTI; refuses a group with more start edges than ``max_open`` (TS §7.6: the keys are
+    decided apart only while the bound cannot be reached)."""
+    summary = df.groupBy(*groups).agg(
+        F.count(F.when(_is_edge(), 1)).alias("edges"),
+        F.count(F.when(F.col("kind") == F.lit(KIND_START), 1)).alias("starts"),
+        F.max(delayed_cti(policy.delay)).alias("final")).collect()
+    edges = 0
+    finals: dict[tuple, int | None] = {}
+    for row in summary:
+        group = tuple(row[g] for g in groups)
+        if row["starts"] > max_open:
+            where = f" in group {dict(zip(groups, group))}" if groups else ""
+            raise NotImplementedError(
+                f"replay: {row['starts']} start edges{where}, more than max_open={max_open}. "
+                "Spark decides each (source, id) apart, exact while the bound on the open "
+                "edges cannot be reached (TS §7.6); pass policy=with_edges(<policy>, "
+                f"max_open={row['starts']}) or more, or replay the log with goldilocks replay")
+        edges += row["edges"]
+        if row["edges"]:
+            finals[group] = row["final"]
+    return EdgePlan(edges, finals)
+
+
+def _place(order: Sequence[str]) -> Column:
+    """``"c1=v1, c2=v2"`` of a row's order columns, for its error message."""
+    return F.concat_ws(", ", *[F.concat(F.lit(f"{c}="),
+                                        F.coalesce(F.col(c).cast("string"), F.lit("null")))
+                               for c in order])
+
+
+def mask_edges(df: DataFrame, order: Sequence[str]) -> DataFrame:
+    """``df`` with ``EDGE_KIND`` and every edge row shown to the plans as an insert at its
+    start; an edge row without ``start``, ``id`` (or an end edge without ``end``) fails the
+    job naming it by its order columns."""
+    where = _place(order)
+    kind = F.col("kind")
+
+    def bad(what: str) -> Column:
+        return F.raise_error(F.concat(F.lit("replay: a row of kind '"), kind,
+                                      F.lit(f"' has no {what} ("), where, F.lit(")")))
+
+    checked = (F.when(_is_edge() & F.col("start").isNull(), bad("start"))
+               .when(_is_edge() & F.col("id").isNull(), bad("id (TS §7.1)"))
+               .when((kind == F.lit(KIND_END)) & F.col("end").isNull(), bad("end"))
+               .when(_is_edge(), F.lit(KIND_INSERT)).otherwise(kind))
+    return df.withColumn(EDGE_KIND, F.when(_is_edge(), kind)).withColumn("kind", checked)
+
+
+def decide_edges(decided: DataFrame, policy: Policy, max_open: int, groups: list[str],
+                 order: list[str], columns: list[str], plan: EdgePlan) -> DataFrame:
+    """The decided edge rows (``EDGE_KIND`` set), each key's through ``with_edges``: rows of
+    ``columns`` (as emitted, or as the record has them) with ``cti``, ``action``,
+    ``adjusted_start``, ``adjusted_end``, ``reason`` and ``SIDE``."""
+    from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
+
+    edges = decided.where(F.col(EDGE_KIND).isNotNull()).withColumn("kind", F.col(EDGE_KIND))
+    edges = edges.select(*columns, ACTION, CTI_AFTER)
+    schema = StructType([decided.schema[c] for c in columns] + [
+        StructField("cti", LongType()), StructField("action", StringType()),
+        StructField("adjusted_start", LongType()), StructField("adjusted_end", LongType()),
+        StructField("reason", StringType()), StructField(SIDE, ByteType())])
+    import pyarrow as pa
+
+    decide = _KeyDecide(policy, max_open, groups, order, columns, plan.finals, schema)
+
+    def run(table: Any) -> Any:
+        return decide(table)
+
+    # applyInArrow chooses its form by the function's type hints: a table in, a table out
+    run.__annotations__ = {"table": pa.Table, "return": pa.Table}
+    return edges.groupBy(*groups, "source", "id").applyInArrow(run, schema)
+
+
+class _KeyDecide:
+    """The edges of one ``(group, source, id)`` on an executor, in arrival order, through
+    ``with_edges(policy).step`` from the CTI in force at each row, then ``finish`` from the
+    group's last CTI. Picklable: the policy, the names, the last CTIs, the schema."""
+
+    def __init__(self, policy: Policy, max_open: int, groups: list[str], order: list[str],
+                 columns: list[str], finals: dict[tuple, int | None], schema: Any) -> None:
+        self.policy = policy
+        self.max_open = max_open
+        self.groups = groups
+        self.order = order
+        self.columns = columns
+        self.finals = finals
+        self.schema = schema
+
+    def __call__(self, table: Any) -> Any:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from operators.policies import HighState
+
+        rows = table.sort_by([(c, "ascending") for c in self.order]).to_pylist()
+        policy = with_edges(self.policy, max_open=self.max_open)
+        state = policy.initial()
+        out: list[dict] = []
+        opened: dict | None = None  # the row whose start edge is open (one per key)
+        for row in rows:
+            state = EdgeState(HighState(row[CTI_AFTER]), state.open, state.counts)
+            state, outputs = policy.step(state, self._event(row))
+            for o in outputs:
+                if o.__class__ is LateRecord:
+                    out.append(self._late(row, o))
+                elif o.kind == START_KIND or o.kind == END_KIND:
+                    out.append(self._emitted(row, o))
+                    opened = row if o.kind == START_KIND else None
+        if rows:  # TS §7.5: the start edge never closed, reported as the engine's finish does
+            final = self.finals.get(tuple(rows[0][g] for g in self.groups))
+            state = EdgeState(HighState(final), state.open, state.counts)
+            _, records = policy.finish(state)
+            for r in records:
+                assert opened is not None  # only an emitted start edge stays open
+                out.append(self._late(opened, r))
+        return pa.Table.from_pylist(out, schema=to_arrow_schema(self.schema))
+
+    def _event(self, row: dict) -> Event:
+        try:
+            if row["kind"] == KIND_START:
+                return Event.start_edge(row["start"], row["id"], row["payload"], row["source"])
+            return Event.end_edge(row["start"], row["end"], row["id"], row["payload"],
+                                  row["source"])
+        except InputError as err:
+            place = ", ".join(f"{c}={row[c]}" for c in self.order)
+            raise InputError(f"replay: the {row['kind']} edge at {place}: {err}") from None
+
+    def _emitted(self, row: dict, o: Event) -> dict:
+        """An emitted edge: the row as it went out, with the CTI in force after it."""
+        return {**row, "start": o.start, "end": o.end if o.kind == END_KIND else None,
+                "cti": row[CTI_AFTER], "action": None, "adjusted_start": None,
+                "adjusted_end": None, "reason": None, SIDE: 0}
+
+    def _late(self, row: dict, r: LateRecord) -> dict:
+        """A record: the edge as the record has it (the late file's line, TS §7.5)."""
+        ev, adj = r.event, r.adjusted
+        moved_start = adj.start if adj is not None and adj.start != ev.start else None
+        moved_end = (adj.end if adj is not None and ev.kind == END_KIND and adj.end != ev.end
+                     else None)
+        return {**row, "start": ev.start, "end": ev.end if ev.kind == END_KIND else None,
+                "cti": r.cti, "action": r.action, "adjusted_start": moved_start,
+                "adjusted_end": moved_end, "reason": r.reason, SIDE: 1}
