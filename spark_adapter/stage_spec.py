@@ -93,6 +93,7 @@ _REASONS = {
     RULE_GOLDILOCKS: "starts before the merged CTI (goldilocks, not held back by max_ahead)",
     PUBLISHED: "starts before the watermark already published (its clock group is behind)",
 }
+EDGE_KINDS = ("start", "end")  # the event log's edge kinds (TS §7), which the stage rejects
 _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
 
 #: Internal columns of the decided frame (marker rows only; null on every other row).
@@ -117,6 +118,10 @@ def reason_text(code: int, value: Any = None, kinds: Sequence[str] = ()) -> str:
             return (f"integer time looks like {_UNIT_WORDS[unit]} since the epoch, not "
                     f"nanoseconds: give time_unit={unit!r} (or 'ns' if they are nanoseconds)")
     if code == UNKNOWN_KIND:
+        if value in EDGE_KINDS and "insert" in kinds:  # TS §7.9: the event log's edges
+            return (f"an edge row (kind {value!r}, TS §7) has no form in the watermark stage; "
+                    "replay the log with spark_adapter.replay or goldilocks replay, which "
+                    "decide edges")
         return f"unknown kind {value!r}; expected one of {', '.join(map(repr, kinds))}"
     return f"reason {code}"
 
