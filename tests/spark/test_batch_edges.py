@@ -227,3 +227,19 @@ def test_windows_count_an_edge_once_by_its_start_edge_as_replay_does(spark, tmp_
     assert got == want.getvalue()
     inserts = events.where("kind = 'insert'").count()
     assert sum(r["count"] for r in rows) > inserts  # start edges were counted
+
+
+def test_keys_cut_across_arrow_batches_are_carried_over(spark, tmp_path):
+    """Batches of two rows: a key's edges, and the last key's never-closed start edge, span
+    the edge pass's Arrow batches; the answer is still the engine's."""
+    records = _doors()
+    path = tmp_path / "doors.jsonl"
+    write_log(path, records)
+    want = engine_replay_bytes([path], tmp_path, delay="30s", on_late="adjust")
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    old = spark.conf.get(key)
+    spark.conf.set(key, "2")
+    try:
+        assert _spark_bytes(spark, [path], delay="30s", on_late="adjust") == want
+    finally:
+        spark.conf.set(key, old)
