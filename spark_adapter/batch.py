@@ -278,7 +278,7 @@ def _decided(df: DataFrame, *, delay: object, policy: str | Policy, on_late: str
                               "'start' or 'end', TS §7.9); replay them with strategy='scan' or "
                               "'ranges'")
     if strategy in ("scan", "ranges"):
-        plan = edge_plan(df, inner, max_open, groups) if edged else None
+        plan = edge_plan(df, inner, max_open, groups, order) if edged else None
         if plan is not None and plan.edges:
             df = mask_edges(df, order)  # TS §7: decided after pass 2, per (source, id)
         else:

@@ -19,8 +19,9 @@ Running the engine's step keeps every rule of TS §7 in one place: a late start 
 or clipped (TS §7.2), an end edge moved to the CTI and never orphaned (TS §7.3), dropped with
 its start edge (TS §7.4), reported when unmatched (TS §7.5), an id reused after its close.
 The only rule that is not a matter of one key is the bound on the open edges (TS §7.6):
-when a group has no more start edges than ``max_open`` the bound is never reached, and the
-keys are decided apart exactly; otherwise the replay is refused with the counts (pass a
+when no more than ``max_open`` edges of a group can be open at once (counted from above:
+each start edge open until the next end edge of its key) the bound is never reached, and
+the keys are decided apart exactly; otherwise the replay is refused with the count (pass a
 policy ``with_edges(…, max_open=…)`` with room for them, or replay with ``goldilocks
 replay``). Memory per task: one key's edge rows.
 """
@@ -81,29 +82,61 @@ class EdgePlan:
         self.finals = finals
 
 
-def edge_plan(df: DataFrame, policy: Policy, max_open: int, groups: list[str]) -> EdgePlan:
+def edge_plan(df: DataFrame, policy: Policy, max_open: int, groups: list[str],
+              order: Sequence[str]) -> EdgePlan:
     """The probe (one job over the log, on the driver): the edge rows and every group's last
-    CTI; refuses a group with more start edges than ``max_open`` (TS §7.6: the keys are
-    decided apart only while the bound cannot be reached)."""
+    CTI; refuses a group in which more than ``max_open`` edges can be open at once (TS §7.6:
+    the keys are decided apart only while the bound cannot be reached)."""
     summary = df.groupBy(*groups).agg(
         F.count(F.when(_is_edge(), 1)).alias("edges"),
         F.count(F.when(F.col("kind") == F.lit(KIND_START), 1)).alias("starts"),
         F.max(delayed_cti(policy.delay)).alias("final")).collect()
     edges = 0
     finals: dict[tuple, int | None] = {}
+    peaks = (_peak_open(df, groups, order)
+             if any(row["starts"] > max_open for row in summary) else {})
     for row in summary:
         group = tuple(row[g] for g in groups)
-        if row["starts"] > max_open:
+        peak = peaks.get(group, 0)
+        if peak > max_open:
             where = f" in group {dict(zip(groups, group))}" if groups else ""
             raise NotImplementedError(
-                f"replay: {row['starts']} start edges{where}, more than max_open={max_open}. "
-                "Spark decides each (source, id) apart, exact while the bound on the open "
-                "edges cannot be reached (TS §7.6); pass policy=with_edges(<policy>, "
-                f"max_open={row['starts']}) or more, or replay the log with goldilocks replay")
+                f"replay: up to {peak} edges open at once{where}, more than "
+                f"max_open={max_open}. Spark decides each (source, id) apart, exact while the "
+                "bound on the open edges cannot be reached (TS §7.6); pass "
+                f"policy=with_edges(<policy>, max_open={peak}) or more, or replay the log "
+                "with goldilocks replay")
         edges += row["edges"]
         if row["edges"]:
             finals[group] = row["final"]
     return EdgePlan(edges, finals)
+
+
+def _peak_open(df: DataFrame, groups: list[str], order: Sequence[str]) -> dict[tuple, int]:
+    """Per clock group, the most edges that can be open at once (TS §7.6), counted from
+    above: each start edge open from its row to the next end edge of its (source, id), or to
+    the end of the log. A start edge on a key already open counts again and an end edge
+    without a start closes nothing, so ``with_edges``' table never holds more; a group whose
+    count stays within ``max_open`` never fills it, and its keys are decided apart exactly.
+    One job over the edge rows alone, run only when a group has more start edges than the
+    bound."""
+    from pyspark.sql import Window
+
+    at = F.struct(*[F.col(c) for c in order])
+    edges = df.where(_is_edge()).select(*groups, "source", "id", "kind", at.alias("_at"))
+    later = (Window.partitionBy(*groups, "source", "id").orderBy("_at")
+             .rowsBetween(1, Window.unboundedFollowing))
+    starts = edges.withColumn("_close", F.min(F.when(F.col("kind") == F.lit(KIND_END),
+                                                     F.col("_at"))).over(later)
+                              ).where(F.col("kind") == F.lit(KIND_START))
+    steps = starts.select(*groups, "_at", F.lit(1).alias("_d")).unionByName(
+        starts.where(F.col("_close").isNotNull())
+        .select(*groups, F.col("_close").alias("_at"), F.lit(-1).alias("_d")))
+    running = (Window.partitionBy(*([F.col(g) for g in groups] or [F.lit(0)]))
+               .orderBy("_at", "_d").rowsBetween(Window.unboundedPreceding, 0))
+    peaks = (steps.withColumn("_open", F.sum("_d").over(running))
+             .groupBy(*groups).agg(F.max("_open").alias("peak")).collect())
+    return {tuple(row[g] for g in groups): int(row["peak"]) for row in peaks}
 
 
 def _place(order: Sequence[str]) -> Column:

@@ -187,10 +187,41 @@ def test_more_start_edges_than_max_open_are_refused_with_the_counts(spark):
 
     rows = [(i, "A", "start", i, None, None, f"d{i}") for i in range(4)]
     frame = spark.createDataFrame(rows, _USER_SCHEMA + ", id string")
-    with pytest.raises(NotImplementedError, match="4 start edges, more than max_open=3"):
+    with pytest.raises(NotImplementedError, match="up to 4 edges open at once, more than "
+                                                  "max_open=3"):
         replay(frame, policy=with_edges(goldilocks(0), max_open=3), order_by=["seq"])
     events, late = replay(frame, policy=with_edges(goldilocks(0), max_open=4), order_by=["seq"])
     assert events.count() == 4 and late.where("reason = 'not_closed'").count() == 4
+
+
+def test_many_start_edges_closed_in_turn_stay_within_a_small_bound(spark, tmp_path):
+    """A door opened and closed 40 times, two doors open at most at once: a bound of 2 is
+    never reached, so the replay runs (not refused for its 80 start edges) and equals the
+    engine's under the same bound; three doors open at once under a bound of 2 are
+    refused."""
+    from operators.edges import with_edges
+    from operators.policies import goldilocks
+    from spark_adapter import replay
+
+    records = []
+    for i in range(40):  # door d{i % 2} opens at 10i and closes at 10i + 15
+        records.append({"seq": 2 * i, "source": "A", "kind": "start", "start": 10 * i,
+                        "id": f"d{i % 2}"})
+        if i:
+            records.append({"seq": 2 * i + 1, "source": "A", "kind": "end",
+                            "start": 10 * (i - 1), "end": 10 * i + 5, "id": f"d{(i - 1) % 2}"})
+    records.append({"seq": 100, "source": "A", "kind": "cti", "start": 1000})
+    path = tmp_path / "doors.jsonl"
+    write_log(path, records)
+    policy = with_edges(goldilocks(0), max_open=2)
+    want = engine_replay_bytes([path], tmp_path, policy=policy)
+    assert want[1].count(b'"reason":"not_closed"') == 1  # the last door left open
+    assert _spark_bytes(spark, [path], policy=policy) == want
+    rows = [(0, "A", "start", 1, None, None, "a"), (1, "A", "start", 2, None, None, "b"),
+            (2, "A", "start", 3, None, None, "c")]
+    three = spark.createDataFrame(rows, _USER_SCHEMA + ", id string")
+    with pytest.raises(NotImplementedError, match="up to 3 edges open at once"):
+        replay(three, policy=policy, order_by=["seq"])
 
 
 def test_bad_edge_rows_name_the_row(spark):
