@@ -3,6 +3,7 @@ watermarking stage next to Spark's own ``withWatermark``. Run by hand (not a tes
 
     python -m benchmarks.bench_spark                      # both parts, as recorded
     python -m benchmarks.bench_spark --part stage         # the stage only (a few minutes)
+    python -m benchmarks.bench_spark --part stage-jvm     # the late decision in the JVM
     python -m benchmarks.bench_spark --part replay --rows 1000000 --reps 5 --spark-reps 5
     python -m benchmarks.bench_spark --part windows --window-rows 1000000 --window-rounds 3
 
@@ -68,7 +69,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -114,11 +115,15 @@ def timed(fn: Callable[[], object], reps: int) -> tuple[list[float], object]:
     return times, result
 
 
-def session() -> object:
+def session(jars: Sequence[Path] = ()) -> object:
+    """The one local[2] session of a run, with ``jars`` on ``spark.jars``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench_spark")
+    builder = SparkSession.builder
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
+    spark = (builder.master("local[2]").appName("bench_spark")
              .config("spark.driver.memory", "8g").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
@@ -289,112 +294,152 @@ def _identity(batches):
     yield from batches
 
 
-def bench_stage(spark: object, args: argparse.Namespace) -> None:
-    """The stage before a window aggregation against Spark's own watermark (module doc)."""
-    import shutil
-
+def stage_window(frame):
+    """The downstream of the stage's rows: a 1-minute window count (reads ``ts`` alone)."""
     from pyspark.sql import functions as F
 
-    from spark_adapter import watermark_stage
+    return frame.groupBy(F.window("ts", STAGE_WINDOW)).count()
 
-    spark.conf.set("spark.sql.shuffle.partitions", "2")  # one clock: few state partitions
-    tmp = Path(tempfile.mkdtemp(prefix="bench_stage_"))
-    n, files = args.stage_rows, args.stage_files
-    readings = make_readings(n)
-    pieces = write_readings_json(readings, tmp / "in", files)
-    per_batch = 2
-    batches = [np.arange(pieces[f].start, pieces[min(f + per_batch, files) - 1].stop)
-               for f in range(0, files, per_batch)]
-    want_late = stage_late_model(readings, batches, 5_000_000)
-    schema = "device_id string, ts timestamp, temperature double"
-    jvm = spark.sparkContext._gateway.proc.pid
 
-    def read():
-        return (spark.readStream.schema(schema).option("maxFilesPerTrigger", per_batch)
-                .json(str(tmp / "in")))
+def stage_average(frame):
+    """A downstream that reads every column, so nothing is left for the reader to prune."""
+    from pyspark.sql import functions as F
 
-    def window(frame):
-        return frame.groupBy(F.window("ts", STAGE_WINDOW)).count()
+    return frame.groupBy(F.window("ts", STAGE_WINDOW), "device_id").agg(F.avg("temperature"))
 
-    def average(frame):  # a downstream that reads every column: nothing left to prune
-        return frame.groupBy(F.window("ts", STAGE_WINDOW), "device_id").agg(F.avg("temperature"))
 
-    def stage(work: Path, **options):
-        return watermark_stage(read(), delay=STAGE_DELAY, time_col="ts",
-                               source_col="device_id", state_dir=str(work / "state"), **options)
+class StageBench:
+    """The stage part's input, its late-count model, one timed query and the rounds with
+    their table: shared by the stage's own contenders and the JVM-side decision's
+    (``bench_spark_jvm``), so that every one of them sees the same rows and the same meter."""
 
-    contenders = {
-        "native withWatermark + window":
-            lambda work: window(read().withWatermark("ts", STAGE_DELAY)),
-        "stage + window": lambda work: window(stage(work)),
-        "stage alone": lambda work: stage(work),
-        "stage, one task per clock + window":
-            lambda work: window(stage(work, advance={"every": "1 second"})),
-        "mapInArrow identity + withWatermark + window":
-            lambda work: window(read().mapInArrow(_identity, schema)
-                                .withWatermark("ts", STAGE_DELAY)),
-        "native + per-device average":
-            lambda work: average(read().withWatermark("ts", STAGE_DELAY)),
-        "stage + per-device average": lambda work: average(stage(work)),
-        "read only": lambda work: read(),
-    }
-    #: the contender each one's ratio is taken against (default: native + window)
-    baseline = {"stage + per-device average": "native + per-device average"}
-    if args.skip_sequential:
-        del contenders["stage, one task per clock + window"]
+    NATIVE = "native withWatermark + window"
+    DELAY_US = 5_000_000
+    PER_BATCH = 2
 
-    def run(build) -> tuple[float, float, object]:
-        work = Path(tempfile.mkdtemp(dir=tmp))
+    def __init__(self, spark: object, args: argparse.Namespace) -> None:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")  # one clock: few state partitions
+        self.spark = spark
+        self.rounds = args.stage_rounds
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench_stage_"))
+        self.n, self.files = args.stage_rows, args.stage_files
+        self.readings = make_readings(self.n)
+        pieces = write_readings_json(self.readings, self.tmp / "in", self.files)
+        self.batches = [np.arange(pieces[f].start,
+                                  pieces[min(f + self.PER_BATCH, self.files) - 1].stop)
+                        for f in range(0, self.files, self.PER_BATCH)]
+        self.want_late = stage_late_model(self.readings, self.batches, self.DELAY_US)
+        assert self.want_late > 0
+        self.schema = "device_id string, ts timestamp, temperature double"
+        self.jvm = spark.sparkContext._gateway.proc.pid
+
+    def read(self):
+        return (self.spark.readStream.schema(self.schema)
+                .option("maxFilesPerTrigger", self.PER_BATCH).json(str(self.tmp / "in")))
+
+    def native(self, downstream=stage_window):
+        return downstream(self.read().withWatermark("ts", STAGE_DELAY))
+
+    def run(self, build, keep: Callable[[Path], None] | None = None
+            ) -> tuple[float, float, object]:
+        """One contender's whole query into the ``noop`` sink, with a fresh checkpoint and
+        state directory (given to ``build``); wall and CPU seconds, and the query. ``keep``
+        looks at the directory before it is removed."""
+        import shutil
+
+        work = Path(tempfile.mkdtemp(dir=self.tmp))
         frame = build(work)
-        cpu = process_cpu(jvm)
+        cpu = process_cpu(self.jvm)
         began = time.perf_counter()
         query = (frame.writeStream.format("noop").outputMode("append")
                  .option("checkpointLocation", str(work / "ck"))
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         wall = time.perf_counter() - began
-        cpu = process_cpu(jvm) - cpu
+        cpu = process_cpu(self.jvm) - cpu
         rows = sum(p["numInputRows"] for p in query.recentProgress)
-        assert rows == n, (rows, n)
+        assert rows == self.n, (rows, self.n)
+        if keep is not None:
+            keep(work)
         shutil.rmtree(work)
         return wall, cpu, query
 
+    def compare(self, title: str, contenders: dict, baseline: dict[str, str]) -> None:
+        """One warm-up round, then the rounds, each running every contender once in a
+        rotated order; prints the table of medians and of ratios taken within each round
+        against ``NATIVE`` or the contender's ``baseline``."""
+        names = list(contenders)
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+        for r in range(self.rounds + 1):  # round 0 warms up
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                wall, cpu, _ = self.run(contenders[name])
+                if r:
+                    results[name].append((wall, cpu))
+                print(f"  round {r} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+        load = os.getloadavg()
+        print(f"\n{title}, {self.n:,} readings ({self.files} JSON Lines files, "
+              f"{self.PER_BATCH} per micro-batch, {self.want_late:,} late); local[2], "
+              f"{os.cpu_count()} cores; pyspark {self.spark.version}; "
+              f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+        print("ratios: against native + window, or the native run of the same downstream "
+              "(per-device average); wall and CPU, medians of the per-round ratios, and best/best")
+        print(f"{'contender':46s} {'rounds':>6s} {'median s':>9s} {'best s':>7s} {'CPU s':>6s} "
+              f"{'rows/s (median)':>16s} {'vs native: median':>18s} {'CPU':>6s} {'best':>6s}")
+        for name in names:
+            native = results[baseline.get(name, self.NATIVE)]
+            walls = [w for w, _ in results[name]]
+            cpus = [c for _, c in results[name]]
+            ratios = [nw / w for (nw, _), w in zip(native, walls)]
+            cpu_ratios = [nc / c for (_, nc), c in zip(native, cpus)]
+            med = statistics.median(walls)
+            print(f"{name:46s} {len(walls):6d} {med:9.2f} {min(walls):7.2f} "
+                  f"{statistics.median(cpus):6.2f} {self.n / med:16,.0f} "
+                  f"{statistics.median(ratios):17.2f}x {statistics.median(cpu_ratios):5.2f}x "
+                  f"{min(w for w, _ in native) / min(walls):5.2f}x")
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.tmp)
+
+
+def bench_stage(spark: object, args: argparse.Namespace) -> None:
+    """The stage before a window aggregation against Spark's own watermark (module doc)."""
+    from spark_adapter import watermark_stage
+
+    bench = StageBench(spark, args)
+
+    def stage(work: Path, **options):
+        return watermark_stage(bench.read(), delay=STAGE_DELAY, time_col="ts",
+                               source_col="device_id", state_dir=str(work / "state"), **options)
+
+    contenders = {
+        bench.NATIVE: lambda work: bench.native(),
+        "stage + window": lambda work: stage_window(stage(work)),
+        "stage alone": lambda work: stage(work),
+        "stage, one task per clock + window":
+            lambda work: stage_window(stage(work, advance={"every": "1 second"})),
+        "mapInArrow identity + withWatermark + window":
+            lambda work: stage_window(bench.read().mapInArrow(_identity, bench.schema)
+                                      .withWatermark("ts", STAGE_DELAY)),
+        "native + per-device average": lambda work: bench.native(stage_average),
+        "stage + per-device average": lambda work: stage_average(stage(work)),
+        "read only": lambda work: bench.read(),
+    }
+    #: the contender each one's ratio is taken against (default: native + window)
+    baseline = {"stage + per-device average": "native + per-device average"}
+    if args.skip_sequential:
+        del contenders["stage, one task per clock + window"]
+
     # checked before timing: the stage's late count is the documented semantics' count
-    _, _, query = run(contenders["stage alone"])
+    _, _, query = bench.run(contenders["stage alone"])
     late = sum(p["observedMetrics"]["goldilocks"]["late"] for p in query.recentProgress
                if "goldilocks" in p.get("observedMetrics", {}))
-    assert late == want_late, (late, want_late)
-    assert want_late > 0
+    assert late == bench.want_late, (late, bench.want_late)
 
-    names = list(contenders)
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    for r in range(args.stage_rounds + 1):  # round 0 warms up
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            wall, cpu, _ = run(contenders[name])
-            if r:
-                results[name].append((wall, cpu))
-            print(f"  round {r} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
-    native_name = "native withWatermark + window"
-    load = os.getloadavg()
-    print(f"\nWatermarking stage, {n:,} readings ({files} JSON Lines files, {per_batch} per "
-          f"micro-batch, {want_late:,} late); local[2], {os.cpu_count()} cores; pyspark "
-          f"{spark.version}; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    print("ratios: against native + window, or the native run of the same downstream "
-          "(per-device average); wall and CPU, medians of the per-round ratios, and best/best")
-    print(f"{'contender':46s} {'rounds':>6s} {'median s':>9s} {'best s':>7s} {'CPU s':>6s} "
-          f"{'rows/s (median)':>16s} {'vs native: median':>18s} {'CPU':>6s} {'best':>6s}")
-    for name in names:
-        native = results[baseline.get(name, native_name)]
-        walls = [w for w, _ in results[name]]
-        cpus = [c for _, c in results[name]]
-        ratios = [nw / w for (nw, _), w in zip(native, walls)]
-        cpu_ratios = [nc / c for (_, nc), c in zip(native, cpus)]
-        med = statistics.median(walls)
-        print(f"{name:46s} {len(walls):6d} {med:9.2f} {min(walls):7.2f} "
-              f"{statistics.median(cpus):6.2f} {n / med:16,.0f} {statistics.median(ratios):17.2f}x "
-              f"{statistics.median(cpu_ratios):5.2f}x {min(w for w, _ in native) / min(walls):5.2f}x")
-    shutil.rmtree(tmp)
+    bench.compare("Watermarking stage", contenders, baseline)
+    bench.close()
 
 
 #: label, windows options (``bench_windows``)
@@ -489,7 +534,7 @@ def bench_windows(spark: object, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("all", "replay", "stage", "windows"),
+    parser.add_argument("--part", choices=("all", "replay", "stage", "stage-jvm", "windows"),
                         default="all")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--reps", type=int, default=5, help="timed runs of the fast contenders")
@@ -504,16 +549,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-rows", type=int, default=1_000_000)
     parser.add_argument("--window-rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    spark = session()
+    jars: list[Path] = []
+    jar_dir: Path | None = None
+    if args.part in ("all", "stage-jvm"):  # spark.jars is read when the session starts
+        from benchmarks.bench_spark_jvm import build_jar
+
+        jar_dir = Path(tempfile.mkdtemp(prefix="bench_jvm_"))
+        jar = build_jar(jar_dir)
+        jars = [jar] if jar is not None else []
+    spark = session(jars)
     try:
         if args.part in ("all", "replay"):
             bench_replay(spark, args)
         if args.part in ("all", "stage"):
             bench_stage(spark, args)
+        if jars:
+            from benchmarks.bench_spark_jvm import bench_stage_jvm
+
+            bench_stage_jvm(spark, args)
         if args.part in ("all", "windows"):
             bench_windows(spark, args)
     finally:
         spark.stop()
+        if jar_dir is not None:
+            import shutil
+
+            shutil.rmtree(jar_dir)
     return 0
 
 
