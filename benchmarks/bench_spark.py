@@ -1,7 +1,7 @@
 """Spark throughput: batch replay strategies next to the engine's columnar replay, and the
 watermarking stage next to Spark's own ``withWatermark``. Run by hand (not a test)::
 
-    python -m benchmarks.bench_spark                      # both parts, as recorded
+    python -m benchmarks.bench_spark                      # every part, as recorded
     python -m benchmarks.bench_spark --part stage         # the stage only (a few minutes)
     python -m benchmarks.bench_spark --part stage-jvm     # the late decision in the JVM
     python -m benchmarks.bench_spark --part replay --rows 1000000 --reps 5 --spark-reps 5
@@ -38,6 +38,10 @@ checkpoint and state each run, ``spark.sql.shuffle.partitions=2`` (one clock):
   JSON reader cannot prune ``device_id`` and ``temperature`` as it does for the count; the
   stage's ratio is taken against this native run
 - ``read only``: the JSON parse, for scale
+
+``--part stage-jvm`` (``bench_spark_jvm``) runs the same input, rounds and table with the late
+decision made by scalar JVM functions instead of Python; it needs ``javac`` and says so when
+there is none.
 
 One warm-up round, then ``--stage-rounds`` rounds, each running every contender once in a
 rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;

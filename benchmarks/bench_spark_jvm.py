@@ -26,7 +26,7 @@ without late rows written) + per-device average, their ratios taken against it; 
 part's numpy model of the documented semantics.
 
 This is a measurement of a design, not the product's stage: it publishes native's
-max-event-time watermark, not the CTI, implements the max-delay policy alone, and its late
+max-event-time watermark, not the CTI, has the goldilocks policy alone (a CTI after every reading), and its late
 rows wait unbounded in memory until the task ends (docs/performance.md, "A JVM-side
 decision, measured").
 """

@@ -27,7 +27,8 @@ import org.apache.spark.util.TaskFailureListener;
  * older than its source's floor (the source's newest reading of earlier micro-batches: the
  * source's CTI when one is generated after every reading), 2 for a row older than the newest
  * reading of any source less the delay, 3 for a bad row (null source or time). These are the
- * micro-batch semantics of docs/spark.md, with the max-delay policy only.
+ * micro-batch semantics of docs/spark.md, for the goldilocks policy with a CTI after every
+ * reading only.
  *
  * <p>State lives in side files under state_dir, one task's worth at a time:
  * <ul>
