@@ -6,8 +6,11 @@ watermarking stage next to Spark's own ``withWatermark``. Run by hand (not a tes
     python -m benchmarks.bench_spark --part stage-jvm     # the late decision in the JVM
     python -m benchmarks.bench_spark --part replay --rows 1000000 --reps 5 --spark-reps 5
     python -m benchmarks.bench_spark --part windows --window-rows 1000000 --window-rounds 3
+    python -m benchmarks.bench_spark --part cores --rows 10000000 --spark-reps 1
 
-One process, one local[2] session.
+One process, one local[2] session; but ``--part cores``, batch replay's plans at local[1] and
+local[2] next to the engine's columnar replay, which is ``bench_spark_batch`` (each master in
+a process of its own, since a session's core count is fixed when it starts).
 
 Replay: the same log for every contender: a Parquet file of ``--rows`` events (100 devices,
 1 ms apart, clocks jittered by up to 5 s, a CTI every 10th row, delay 2 s), so a few per cent
@@ -538,8 +541,8 @@ def bench_windows(spark: object, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("all", "replay", "stage", "stage-jvm", "windows"),
-                        default="all")
+    parser.add_argument("--part", choices=("all", "replay", "stage", "stage-jvm", "windows",
+                                           "cores"), default="all")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--reps", type=int, default=5, help="timed runs of the fast contenders")
     parser.add_argument("--spark-reps", type=int, default=3, help="timed Spark batch runs")
@@ -553,6 +556,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-rows", type=int, default=1_000_000)
     parser.add_argument("--window-rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.part == "cores":  # a process per master: no session here
+        from benchmarks import bench_spark_batch
+
+        return bench_spark_batch.main(["--rows", str(args.rows),
+                                       "--reps", str(args.spark_reps)])
     jars: list[Path] = []
     jar_dir: Path | None = None
     if args.part in ("all", "stage-jvm"):  # spark.jars is read when the session starts
