@@ -3,7 +3,6 @@ watermarking stage next to Spark's own ``withWatermark``. Run by hand (not a tes
 
     python -m benchmarks.bench_spark                      # every part, as recorded
     python -m benchmarks.bench_spark --part stage         # the stage only (a few minutes)
-    python -m benchmarks.bench_spark --part stage-jvm     # the late decision in the JVM
     python -m benchmarks.bench_spark --part replay --rows 1000000 --reps 5 --spark-reps 5
     python -m benchmarks.bench_spark --part windows --window-rows 1000000 --window-rounds 3
     python -m benchmarks.bench_spark --part cores --rows 10000000 --spark-reps 1
@@ -29,30 +28,33 @@ contender a whole ``trigger(availableNow=True)`` query into the ``noop`` sink, f
 checkpoint and state each run, ``spark.sql.shuffle.partitions=2`` (one clock):
 
 - ``native``: ``withWatermark("ts", "5 seconds").groupBy(window("ts", "1 minute")).count()``
-- ``stage + window``: ``watermark_stage(delay="5 seconds", …)`` then the same window count
+- ``stage + window``: ``watermark_stage(delay="5 seconds", …)`` then the same window count;
+  the session has the stage's jar, so this is its JVM plan (the decisions in JVM functions)
+- ``stage, Python plan + window``: the same with ``jvm=False`` (a ``mapInArrow`` over the
+  input's partitions: what runs without the jar)
 - ``stage alone``: the stage's output, every row computed
 - ``stage, one task per clock + window``: ``advance={"every": "1 second"}``, the sequential
   plan (the fallback for arrival columns, count- or time-based generation, other policies)
 - ``mapInArrow identity + withWatermark + window``: whole rows through a Python function that
   returns them unchanged, then native's watermark and window: what any stage that ships every
   column through Python pays before it decides anything
-- ``native + per-device average`` and ``stage + per-device average``: a downstream
+- ``native + window mean`` and ``stage + window mean``: a 1-minute mean of every device's
+  ``temperature`` (native's reader can prune ``device_id`` only); the stage's ratio is taken
+  against this native run
+- ``native + per-device average``, ``stage + per-device average`` and the same with the
+  Python plan: a downstream
   (``groupBy(window, device_id).avg(temperature)``) that reads every column, so that native's
   JSON reader cannot prune ``device_id`` and ``temperature`` as it does for the count; the
   stage's ratio is taken against this native run
 - ``read only``: the JSON parse, for scale
-
-``--part stage-jvm`` (``bench_spark_jvm``) runs the same input, rounds and table with the late
-decision made by scalar JVM functions instead of Python; it needs ``javac`` and says so when
-there is none.
 
 One warm-up round, then ``--stage-rounds`` rounds, each running every contender once in a
 rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;
 the table shows their medians and the best-to-best ratio, wall seconds and the CPU seconds
 of the whole process tree (JVM and Python workers: less sensitive than wall time to other
 jobs on the machine). Before timing,
-the stage's late count (its observed metrics) is checked against a numpy model of the
-documented semantics.
+the late count of both of the stage's plans (their observed metrics) is checked against a
+numpy model of the documented semantics.
 
 Windows: ``bench_spark_batch.write_files``'s log (``--window-rows`` events, 100 devices, a CTI
 every 10th row, delay 2 s, null payloads, so the windows count) as 8 Parquet files, read,
@@ -76,7 +78,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -122,15 +124,15 @@ def timed(fn: Callable[[], object], reps: int) -> tuple[list[float], object]:
     return times, result
 
 
-def session(jars: Sequence[Path] = ()) -> object:
-    """The one local[2] session of a run, with ``jars`` on ``spark.jars``."""
+def session() -> object:
+    """The one local[2] session of a run, with the stage's jar on ``spark.jars``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
-    if jars:
-        builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
-    spark = (builder.master("local[2]").appName("bench_spark")
+    from spark_adapter import stage_jar
+
+    spark = (SparkSession.builder.config("spark.jars", stage_jar())
+             .master("local[2]").appName("bench_spark")
              .config("spark.driver.memory", "8g").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
@@ -308,6 +310,13 @@ def stage_window(frame):
     return frame.groupBy(F.window("ts", STAGE_WINDOW)).count()
 
 
+def stage_mean(frame):
+    """A 1-minute window mean of every device's readings (reads ``ts`` and ``temperature``)."""
+    from pyspark.sql import functions as F
+
+    return frame.groupBy(F.window("ts", STAGE_WINDOW)).agg(F.avg("temperature"))
+
+
 def stage_average(frame):
     """A downstream that reads every column, so nothing is left for the reader to prune."""
     from pyspark.sql import functions as F
@@ -317,8 +326,7 @@ def stage_average(frame):
 
 class StageBench:
     """The stage part's input, its late-count model, one timed query and the rounds with
-    their table: shared by the stage's own contenders and the JVM-side decision's
-    (``bench_spark_jvm``), so that every one of them sees the same rows and the same meter."""
+    their table, so that every contender sees the same rows and the same meter."""
 
     NATIVE = "native withWatermark + window"
     DELAY_US = 5_000_000
@@ -423,27 +431,35 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
 
     contenders = {
         bench.NATIVE: lambda work: bench.native(),
-        "stage + window": lambda work: stage_window(stage(work)),
-        "stage alone": lambda work: stage(work),
+        "stage + window": lambda work: stage_window(stage(work, jvm=True)),
+        "stage, Python plan + window": lambda work: stage_window(stage(work, jvm=False)),
+        "stage alone": lambda work: stage(work, jvm=True),
         "stage, one task per clock + window":
             lambda work: stage_window(stage(work, advance={"every": "1 second"})),
         "mapInArrow identity + withWatermark + window":
             lambda work: stage_window(bench.read().mapInArrow(_identity, bench.schema)
                                       .withWatermark("ts", STAGE_DELAY)),
+        "native + window mean": lambda work: bench.native(stage_mean),
+        "stage + window mean": lambda work: stage_mean(stage(work, jvm=True)),
         "native + per-device average": lambda work: bench.native(stage_average),
-        "stage + per-device average": lambda work: stage_average(stage(work)),
+        "stage + per-device average": lambda work: stage_average(stage(work, jvm=True)),
+        "stage, Python plan + per-device average":
+            lambda work: stage_average(stage(work, jvm=False)),
         "read only": lambda work: bench.read(),
     }
     #: the contender each one's ratio is taken against (default: native + window)
-    baseline = {"stage + per-device average": "native + per-device average"}
+    baseline = {"stage + window mean": "native + window mean",
+                "stage + per-device average": "native + per-device average",
+                "stage, Python plan + per-device average": "native + per-device average"}
     if args.skip_sequential:
         del contenders["stage, one task per clock + window"]
 
-    # checked before timing: the stage's late count is the documented semantics' count
-    _, _, query = bench.run(contenders["stage alone"])
-    late = sum(p["observedMetrics"]["goldilocks"]["late"] for p in query.recentProgress
-               if "goldilocks" in p.get("observedMetrics", {}))
-    assert late == bench.want_late, (late, bench.want_late)
+    # checked before timing: both plans' late count is the documented semantics' count
+    for jvm in (True, False):
+        _, _, query = bench.run(lambda work: stage(work, jvm=jvm))
+        late = sum(p["observedMetrics"]["goldilocks"]["late"] for p in query.recentProgress
+                   if "goldilocks" in p.get("observedMetrics", {}))
+        assert late == bench.want_late, (jvm, late, bench.want_late)
 
     bench.compare("Watermarking stage", contenders, baseline)
     bench.close()
@@ -541,8 +557,8 @@ def bench_windows(spark: object, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("all", "replay", "stage", "stage-jvm", "windows",
-                                           "cores"), default="all")
+    parser.add_argument("--part", choices=("all", "replay", "stage", "windows", "cores"),
+                        default="all")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--reps", type=int, default=5, help="timed runs of the fast contenders")
     parser.add_argument("--spark-reps", type=int, default=3, help="timed Spark batch runs")
@@ -561,32 +577,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_spark_batch.main(["--rows", str(args.rows),
                                        "--reps", str(args.spark_reps)])
-    jars: list[Path] = []
-    jar_dir: Path | None = None
-    if args.part in ("all", "stage-jvm"):  # spark.jars is read when the session starts
-        from benchmarks.bench_spark_jvm import build_jar
-
-        jar_dir = Path(tempfile.mkdtemp(prefix="bench_jvm_"))
-        jar = build_jar(jar_dir)
-        jars = [jar] if jar is not None else []
-    spark = session(jars)
+    spark = session()
     try:
         if args.part in ("all", "replay"):
             bench_replay(spark, args)
         if args.part in ("all", "stage"):
             bench_stage(spark, args)
-        if jars:
-            from benchmarks.bench_spark_jvm import bench_stage_jvm
-
-            bench_stage_jvm(spark, args)
         if args.part in ("all", "windows"):
             bench_windows(spark, args)
     finally:
         spark.stop()
-        if jar_dir is not None:
-            import shutil
-
-            shutil.rmtree(jar_dir)
     return 0
 
 

@@ -53,11 +53,12 @@ def main(spark=None, workdir=None) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from spark_adapter import watermark_stage
+    from spark_adapter import stage_jar, watermark_stage
 
     own = spark is None and SparkSession.getActiveSession() is None
     if spark is None:
         spark = (SparkSession.builder.master("local[2]").appName("spark_watermark_stage")
+                 .config("spark.jars", stage_jar())  # the stage's JVM plan
                  .config("spark.ui.enabled", "false").getOrCreate())
     tmp = tempfile.TemporaryDirectory() if workdir is None else None
     work = Path(workdir or tmp.name)

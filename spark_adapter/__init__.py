@@ -14,6 +14,7 @@ The documented surface (``docs/spark.md``)::
                         # the same windows on a stream, after watermark_stage
     EVENT_LOG_STAGE           # watermark_stage's options for our own log format
     read_stage_state(state_dir, query_id)                     # the stage's clock, to inspect
+    stage_jar()         # the stage's JVM functions, for spark.jars (its JVM plan)
     register(spark)     # the streaming source, short name "goldilocks"
     use_driver_python(spark)  # local sessions: workers run this interpreter (done by the above)
     cti_to_watermark_ms(cti) / watermark_ms_to_cti(ms)        # the exact CTI <-> watermark map
@@ -40,6 +41,7 @@ __all__ = [
     "window_stage",
     "EVENT_LOG_STAGE",
     "read_stage_state",
+    "stage_jar",
     "register",
     "GoldilocksDataSource",
     "SOURCE_NAME",
@@ -65,6 +67,7 @@ _HOME = {
     "window_stage": "spark_adapter.windowing",
     "EVENT_LOG_STAGE": "spark_adapter.streaming",
     "read_stage_state": "spark_adapter.stage_state",
+    "stage_jar": "spark_adapter.jvm",
     "register": "spark_adapter.source",
     "GoldilocksDataSource": "spark_adapter.source",
     "use_driver_python": "spark_adapter.session",

@@ -41,6 +41,7 @@ import uuid
 from typing import Any, Callable
 
 from engine.errors import InputError
+from spark_adapter.jvm import read_jvm_state
 from spark_adapter.stage_core import StageState, fold
 from spark_adapter.stage_spec import StageSpec, TaskInfo
 
@@ -52,6 +53,7 @@ _SNAP = re.compile(r"snap-(\d+)\.pkl$")
 _PART = re.compile(r"part-(\d+)-(.+)-(\d+)\.pkl$")
 _LATE = re.compile(r"part-(\d+)-(.+)\.parquet$")
 _BEGUN = "begun"
+_JVM = "jvm"  # the JVM plan's folder (spark_adapter/java: StageTask)
 _ATTEMPTS = 8
 
 
@@ -93,6 +95,12 @@ def _names(filesystem_: Any, directory: str) -> list[str]:
     return [info.base_name for info in infos if info.type == fs.FileType.File]
 
 
+def _is_dir(filesystem_: Any, path: str) -> bool:
+    from pyarrow import fs
+
+    return bool(filesystem_.get_file_info(path).type == fs.FileType.Directory)
+
+
 class StateStore:
     """One stage's state files for one query; used by every task of every micro-batch."""
 
@@ -130,6 +138,12 @@ class StateStore:
         k = self.info.batch
         assert k is not None
         names = _names(self.fs, self.dir)
+        if _is_dir(self.fs, self._path(_JVM)):
+            raise InputError(
+                f"watermark_stage: the state in {self.dir} was written by the stage's JVM plan; "
+                "this query runs a Python plan. Run it as before (a session with "
+                "spark.jars=spark_adapter.stage_jar() and the same options), or start a new "
+                "query (a new checkpoint)")
         if not names:
             if k > 0:
                 raise InputError(
@@ -257,6 +271,14 @@ def read_stage_state(state_dir: str, query_id: str, name: str = "goldilocks",
     """
     fs_, root = filesystem(state_dir)
     directory = f"{root.rstrip('/')}/{query_id}/{name}"
+    if _is_dir(fs_, f"{directory}/{_JVM}"):  # the JVM plan's state: one clock, sources by text
+        jvm_dir = f"{directory}/{_JVM}"
+
+        def read(n: str) -> bytes:
+            with fs_.open_input_stream(f"{jvm_dir}/{n}") as f:
+                return f.read()
+
+        return read_jvm_state(_names(fs_, jvm_dir), read)
     snaps = sorted(int(m.group(1)) for n in _names(fs_, directory) if (m := _SNAP.fullmatch(n)))
     if not snaps:
         return {}

@@ -30,6 +30,7 @@ The plan it builds (driver; ``docs/spark.md`` says the same for users)::
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Sequence
 
@@ -44,6 +45,7 @@ from engine.errors import InputError
 from engine.policy import Policy
 from eventlog import time_scale
 from spark_adapter.session import use_driver_python
+from spark_adapter.stage_jvm import jvm_refusal, jvm_stage
 from spark_adapter.stage_spec import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, StageSpec,
                                       build_advance, build_policy, check_keys, choose_plan)
 from spark_adapter.schema import WATERMARK_THRESHOLD
@@ -68,6 +70,7 @@ _DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
 _THRESHOLD_MS = 1  # WATERMARK_THRESHOLD in ms
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WHO = "watermark_stage"
+_LOG = logging.getLogger("goldilocks.spark")
 
 
 def _fail(message: str) -> InputError:
@@ -300,7 +303,7 @@ def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, sourc
                     time_unit: str | None = None, kinds: dict | None = None,
                     names: dict | None = None, state_dir: str | None = None,
                     late_path: str | None = None, keep_late: bool = False,
-                    name: str = "goldilocks") -> DataFrame:
+                    name: str = "goldilocks", jvm: bool | None = None) -> DataFrame:
     """The time policy as a stage of any DataFrame; returns its data rows (driver).
 
     ``df``: streaming (``spark.readStream…``) or batch. ``time_col``: when the row happened —
@@ -335,6 +338,9 @@ def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, sourc
     ``late_action`` and ``late_reason`` (``split_late`` separates them). ``names``: rename the
     added columns (``cti``, ``late_action``, ``late_reason``, ``event_time``). ``name``: the
     observed metrics' name and the state's folder (two stages in one query need two names).
+    ``jvm``: make the decisions in JVM functions, with no row through Python (``None``: when
+    the session has the stage's jar and the options allow it; ``True``: that or an error
+    saying why not; ``False``: never). ``stage_jar()`` is the jar, for ``spark.jars``.
 
     The result: the input's columns (every one nullable), ``event_time`` when ``time_col`` is
     an integer, and ``cti`` (the CTI the row was judged against; null before the first). A
@@ -342,6 +348,17 @@ def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, sourc
     """
     options = {k: v for k, v in locals().items() if k != "df"}  # the keywords, as given
     spec = stage_plan(df, options)
+    if jvm not in (None, True, False):
+        raise _fail(f"jvm={jvm!r}; expected True, False or None (when it can)")
+    if jvm is not False:
+        why = jvm_refusal(spec, df)
+        if why is None:
+            _LOG.info("watermark_stage %r: the JVM plan", name)
+            return jvm_stage(df, spec, {_DELAY_KEY: _THRESHOLD_MS})
+        if jvm:
+            raise _fail(f"jvm=True, but the JVM plan cannot run this stage: {why}")
+        _LOG.info("watermark_stage %r: the %s plan in Python (not the JVM plan: %s)", name,
+                  spec.plan, why)
     use_driver_python(df.sparkSession)  # before the function is shipped with its Python
     source = df
     if spec.plan == "sequential":  # a clock group's rows in one task, which sorts them

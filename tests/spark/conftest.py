@@ -1,6 +1,7 @@
 """One local SparkSession for every Spark test (a session costs ~6 s to start).
 
-``local[2]``, four shuffle partitions, no UI, UTC session time zone, and the Python workers
+``local[2]``, four shuffle partitions, no UI, UTC session time zone, the stage's jar (its JVM
+plan), and the Python workers
 run this interpreter (so they import ``engine``, ``operators`` and ``spark_adapter`` from the
 same environment). Without pyspark installed the whole folder is skipped at collection.
 """
@@ -27,6 +28,8 @@ def spark():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from spark_adapter import stage_jar
+
     session = (
         SparkSession.builder.master("local[2]")
         .appName("goldilocks-tests")
@@ -40,6 +43,7 @@ def spark():
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.jars", stage_jar())  # the watermark stage's JVM plan
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -26,14 +26,29 @@ FLEET = Path(__file__).resolve().parents[2] / "examples" / "data" / "fleet.jsonl
 
 _SCRIPT = textwrap.dedent("""
     import json, sys
+    from pathlib import Path
     from pyspark.sql import SparkSession
-    from spark_adapter import WorkerPythonError, read_event_log, replay
+    from engine.errors import InputError
+    from spark_adapter import WorkerPythonError, read_event_log, replay, watermark_stage
 
     log_path, other_python = sys.argv[1], sys.argv[2]
     spark = SparkSession.builder.master("local[1]").getOrCreate()
     events, late = replay(read_event_log(spark, log_path), delay="5m")
     print(json.dumps({"events": events.count(), "late": late.count(),
                       "python": spark.sparkContext.pythonExec}))
+    # The stage without the stage's jar: a Python plan, or jvm=True saying what to do
+    Path("readings").mkdir()
+    Path("readings/a.json").write_text('{"device_id": "A", "ts": "2026-01-01T00:00:00Z"}\\n')
+    stream = spark.readStream.schema("device_id string, ts timestamp").json("readings")
+    options = dict(delay="5 seconds", time_col="ts", source_col="device_id",
+                   state_dir="state")
+    query = (watermark_stage(stream, **options).writeStream.format("memory")
+             .queryName("bare").trigger(availableNow=True).start())
+    query.awaitTermination()
+    try:
+        watermark_stage(stream, jvm=True, **options)
+    except InputError as err:
+        print(json.dumps({"stage": spark.table("bare").count(), "jvm": str(err)}))
     # The user chooses an interpreter that lacks Goldilocks: our error, saying what to do
     spark.sparkContext.pythonExec = other_python
     try:
@@ -55,12 +70,16 @@ def test_a_bare_local_session_reads_and_replays_without_pyspark_python(tmp_path)
     done = subprocess.run([sys.executable, "-c", _SCRIPT, str(FLEET), str(other)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    result, refused = [json.loads(line) for line in done.stdout.splitlines()
-                       if line.startswith("{")]
+    result, stage, refused = [json.loads(line) for line in done.stdout.splitlines()
+                              if line.startswith("{")]
 
     out, late = engine_replay_bytes([FLEET], tmp_path, delay="5m")
     assert (result["events"], result["late"]) == (out.count(b"\n"), late.count(b"\n"))
     assert result["python"] == sys.executable  # a local session: the driver's interpreter
+
+    assert stage["stage"] == 1  # the reading, through a Python plan
+    assert "started without the stage's jar" in stage["jvm"]
+    assert "spark.jars', spark_adapter.stage_jar()" in stage["jvm"]
 
     message = refused["error"]
     assert str(other) in message and "cannot import 'spark_adapter'" in message

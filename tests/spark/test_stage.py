@@ -89,13 +89,14 @@ def test_readings_in_arrival_order_equal_the_engine(spark, tmp_path, advance, na
     assert stage_rows(spark, name, tmp_path / "state" / "late") == want
 
 
-@pytest.mark.parametrize("policy, advance, name", [
-    ("goldilocks", None, "batches_parallel"),         # the default: no exchange
-    ("goldilocks", {"every_events": 3}, "batches_every3"),  # one task per clock, sorted
-    ("min", None, "batches_min"),
+@pytest.mark.parametrize("policy, advance, name, jvm", [
+    ("goldilocks", None, "batches_jvm", True),        # the default with the jar: JVM functions
+    ("goldilocks", None, "batches_parallel", False),  # the same in Python: no exchange
+    ("goldilocks", {"every_events": 3}, "batches_every3", None),  # one task per clock, sorted
+    ("min", None, "batches_min", None),
 ])
 def test_micro_batch_semantics_hold_without_an_arrival_column(spark, tmp_path, policy,
-                                                              advance, name):
+                                                              advance, name, jvm):
     """No arrival column: each micro-batch in event-time order, judged against the CTI at its
     start; the engine fed the same micro-batches in that order gives the same rows, CTIs
     (on every row, and at every boundary: Spark's watermark) and late set."""
@@ -108,8 +109,10 @@ def test_micro_batch_semantics_hold_without_an_arrival_column(spark, tmp_path, p
     delay = "5 seconds" if policy == "goldilocks" else None
     staged = watermark_stage(readings_stream(spark, tmp_path / "in"), delay=delay,
                              policy=policy, time_col="ts", source_col="device_id",
-                             advance=advance, state_dir=str(tmp_path / "state"))
+                             advance=advance, state_dir=str(tmp_path / "state"), jvm=jvm)
     query = run_query(staged, name, tmp_path / "ck")
+    ran_jvm = any(p.name == "jvm" for p in (tmp_path / "state").glob("*/goldilocks/*"))
+    assert ran_jvm == bool(jvm)
     built = {"goldilocks": goldilocks("5s"), "min": min_policy(), "max": max_policy()}[policy]
     run = engine_stage(batches, policy=built, advance=advance or {"every_events": 1})
     want = expected(run, batches)

@@ -37,17 +37,19 @@ _DRIVER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from pyspark.sql import SparkSession
-    from spark_adapter import watermark_stage
+    from spark_adapter import stage_jar, watermark_stage
 
-    work = Path(sys.argv[1])
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    work, jvm = Path(sys.argv[1]), sys.argv[2] == "jvm"
+    builder = SparkSession.builder.config("spark.jars", stage_jar()) if jvm else SparkSession.builder
+    spark = (builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     stream = (spark.readStream.schema("device_id string, ts timestamp, temperature double, "
                                       "id bigint")
               .option("maxFilesPerTrigger", 1).json(str(work / "in")))
     staged = watermark_stage(stream, delay="5 seconds", time_col="ts", source_col="device_id",
-                             state_dir=str(work / "state"), late_path=str(work / "late"))
+                             state_dir=str(work / "state"), late_path=str(work / "late"),
+                             jvm=jvm)
 
     def announce(text):
         with open(work / "progress", "a") as f:
@@ -75,14 +77,15 @@ def _progress(work: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _start(work: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _DRIVER, str(work)], cwd=work,
+def _start(work: Path, plan: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _DRIVER, str(work), plan], cwd=work,
                             stdout=subprocess.DEVNULL, stderr=open(work / "stderr", "ab"),
                             start_new_session=True)  # its own process group, to kill whole
 
 
-def test_a_killed_driver_restarts_and_loses_and_repeats_nothing(spark, tmp_path):
-    rng = random.Random(20261123)
+@pytest.mark.parametrize("plan", ["python", "jvm"])
+def test_a_killed_driver_restarts_and_loses_and_repeats_nothing(spark, tmp_path, plan):
+    rng = random.Random(20261123 if plan == "python" else 20261124)
     batches = random_readings(seed=9, batches=BATCHES, per_batch=10, late_share=0.25)
     write_readings(tmp_path / "in", batches)
     announcements = [f"{phase} {k}" for k in range(BATCHES) for phase in ("start", "written")]
@@ -90,7 +93,7 @@ def test_a_killed_driver_restarts_and_loses_and_repeats_nothing(spark, tmp_path)
     killed_at = []
     for point in points:
         seen = len(_progress(tmp_path))
-        driver = _start(tmp_path)
+        driver = _start(tmp_path, plan)
         try:
             # a run goes on from where the last one stopped: kill it at the chosen
             # announcement, or at its first one if it starts past that point
@@ -101,7 +104,7 @@ def test_a_killed_driver_restarts_and_loses_and_repeats_nothing(spark, tmp_path)
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(TIMEOUT)
         killed_at.append(_progress(tmp_path)[-1])
-    driver = _start(tmp_path)
+    driver = _start(tmp_path, plan)
     assert driver.wait(TIMEOUT) == 0, (tmp_path / "stderr").read_text()[-3000:]
     assert _progress(tmp_path)[-1] == "done"
     reran = [line for line in _progress(tmp_path) if line.startswith("start")]
@@ -122,6 +125,10 @@ def test_a_killed_driver_restarts_and_loses_and_repeats_nothing(spark, tmp_path)
         i: (o.action, batch_of[i]) for i, o in run.outcomes.items() if o.action}
     assert late_ids, "some readings are late, so the comparison can fail"
     state = tmp_path / "state"
-    files = [p.name for p in state.rglob("*.pkl")]
-    assert len(files) <= 3 + 2, files  # compacted: snapshots kept plus one batch's partials
+    files = [p.name for p in state.rglob("*") if p.is_file()]
+    if plan == "jvm":
+        assert any(p.name == "jvm" for p in state.rglob("jvm")), "the JVM plan ran"
+        assert len(files) <= 1 + 3 + 2, files  # begun, cums kept, one batch's parts
+    else:
+        assert len(files) <= 1 + 3 + 2, files  # begun, snapshots kept, one batch's partials
     print(json.dumps({"killed after": killed_at, "batches run": len(reran)}))

@@ -1,0 +1,139 @@
+package goldilocks.spark;
+
+import org.apache.spark.TaskContext;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.api.java.UDF2;
+import org.apache.spark.sql.api.java.UDF3;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
+
+/**
+ * The watermark stage's JVM functions. All but {@code judged} are nondeterministic (the
+ * task's state changes as rows pass), so that Spark evaluates them exactly once per row,
+ * where the plan puts them, and moves no filter below them. All of a task's functions share
+ * one {@link StageTask}.
+ *
+ * <ul>
+ *   <li>{@code decide(source, time_us)}: the row's reason code, 0 when on time;</li>
+ *   <li>{@code judged(code)}: the CTI, in ns, rows of this micro-batch are judged against
+ *       (null before the first). The same for every row of a task, so it is registered
+ *       deterministic: Spark may drop it when nothing downstream reads it. Its argument
+ *       (the row's code) only ties it to a row, so that it is never folded on the driver;</li>
+ *   <li>{@code broke(source, code)}: the CTI, in ns, a late row broke (null for a rejected
+ *       row): its source's for a row late at the source, the merged one else;</li>
+ *   <li>{@code keepLate(row, code, broke)}: writes a late or rejected row to the task's late
+ *       file; always false, meant for the right of {@code code = 0 OR ...}, which Spark
+ *       evaluates for late rows only.</li>
+ * </ul>
+ */
+public final class Functions {
+    private Functions() {
+    }
+
+    private abstract static class Bound implements java.io.Serializable {
+        private static final long serialVersionUID = 1L;
+        final StageConf conf;
+        private transient StageTask task;
+        private transient long attempt = -1;
+
+        Bound(StageConf conf) {
+            this.conf = conf;
+        }
+
+        final StageTask task() {
+            TaskContext context = TaskContext.get();
+            if (context == null) {
+                throw new IllegalStateException(
+                    "goldilocks watermark_stage: a stage function ran outside a Spark task");
+            }
+            long id = context.taskAttemptId();
+            if (task == null || attempt != id) {
+                task = StageTask.of(conf, context);
+                attempt = id;
+            }
+            return task;
+        }
+    }
+
+    static final class Decide extends Bound implements UDF2<String, Long, Integer> {
+        private static final long serialVersionUID = 1L;
+
+        Decide(StageConf conf) {
+            super(conf);
+        }
+
+        @Override
+        public Integer call(String source, Long timeUs) {
+            return task().decide(source, timeUs);
+        }
+    }
+
+    static final class Judged extends Bound implements UDF1<Integer, Long> {
+        private static final long serialVersionUID = 1L;
+
+        Judged(StageConf conf) {
+            super(conf);
+        }
+
+        @Override
+        public Long call(Integer code) {
+            long judged = task().judged();
+            return judged == StageTask.NONE ? null : judged;
+        }
+    }
+
+    static final class Broke extends Bound implements UDF2<String, Integer, Long> {
+        private static final long serialVersionUID = 1L;
+
+        Broke(StageConf conf) {
+            super(conf);
+        }
+
+        @Override
+        public Long call(String source, Integer code) {
+            long broke = task().broke(source, code);
+            return broke == StageTask.NONE ? null : broke;
+        }
+    }
+
+    static final class KeepLate extends Bound implements UDF3<Row, Integer, Long, Boolean> {
+        private static final long serialVersionUID = 1L;
+
+        KeepLate(StageConf conf) {
+            super(conf);
+        }
+
+        @Override
+        public Boolean call(Row row, Integer code, Long broke) {
+            task().keepLate(row, code, broke);
+            return false;
+        }
+    }
+
+    /** {@code decide(source string, time_us bigint) -> int}. */
+    public static UserDefinedFunction decide(StageConf conf) {
+        return functions.udf(new Decide(conf), DataTypes.IntegerType).asNondeterministic();
+    }
+
+    /** {@code judged(code int) -> bigint}, deterministic (above). */
+    public static UserDefinedFunction judged(StageConf conf) {
+        return functions.udf(new Judged(conf), DataTypes.LongType);
+    }
+
+    /** {@code broke(source string, code int) -> bigint}. */
+    public static UserDefinedFunction broke(StageConf conf) {
+        return functions.udf(new Broke(conf), DataTypes.LongType).asNondeterministic();
+    }
+
+    /** {@code keepLate(row struct, code int, broke bigint) -> boolean}. */
+    public static UserDefinedFunction keepLate(StageConf conf) {
+        return functions.udf(new KeepLate(conf), DataTypes.BooleanType).asNondeterministic();
+    }
+
+    /** The version of the stage's state format and functions; the Python side checks it. */
+    public static String version() {
+        return StageTask.FORMAT;
+    }
+}

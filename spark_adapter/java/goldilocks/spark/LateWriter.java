@@ -1,0 +1,233 @@
+package goldilocks.spark;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.math.BigInteger;
+import java.sql.Date;
+import java.sql.Timestamp;
+import java.time.Instant;
+import java.time.LocalDate;
+import java.util.UUID;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.parquet.example.data.Group;
+import org.apache.parquet.example.data.simple.SimpleGroupFactory;
+import org.apache.parquet.hadoop.ParquetFileWriter;
+import org.apache.parquet.hadoop.ParquetWriter;
+import org.apache.parquet.hadoop.example.ExampleParquetWriter;
+import org.apache.parquet.hadoop.metadata.CompressionCodecName;
+import org.apache.parquet.io.api.Binary;
+import org.apache.parquet.schema.LogicalTypeAnnotation;
+import org.apache.parquet.schema.MessageType;
+import org.apache.parquet.schema.PrimitiveType.PrimitiveTypeName;
+import org.apache.parquet.schema.Types;
+import org.apache.spark.sql.Row;
+
+/**
+ * A task's late and rejected rows, as one Parquet file with the Python plan's layout and
+ * columns: {@code <late_path>/query=<query>/batch=<k>/part-<task>-<run>.parquet}, the user's
+ * columns, then {@code cti}, {@code late_action} and {@code late_reason}. Rows go to the file
+ * as they come (memory: one row group, {@code rowGroupBytes}); the file is written under a
+ * temporary name and renamed at task success, deleted on failure. When the task starts, files
+ * of its micro-batch from another run (a failed attempt's) are deleted.
+ */
+final class LateWriter {
+    private static final Pattern LATE = Pattern.compile("part-(\\d+)-(.+)\\.parquet");
+
+    private final StageConf conf;
+    private final Configuration hadoop;
+    private final FileSystem fs;
+    private final Path file;
+    private final Path tmp;
+    private MessageType schema;
+    private SimpleGroupFactory groups;
+    private ParquetWriter<Group> writer;
+
+    LateWriter(StageConf conf, Configuration hadoop, Path dir, int partition, String run) {
+        this.conf = conf;
+        this.hadoop = hadoop;
+        try {
+            FileSystem f = dir.getFileSystem(hadoop);
+            fs = f instanceof LocalFileSystem ? ((LocalFileSystem) f).getRawFileSystem() : f;
+            if (fs.exists(dir)) {
+                for (FileStatus s : fs.listStatus(dir)) {
+                    Matcher m = LATE.matcher(s.getPath().getName());
+                    if (m.matches() && !m.group(2).equals(run)) {
+                        fs.delete(s.getPath(), false);
+                    }
+                }
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+        String name = String.format("part-%06d-%s.parquet", partition, run);
+        file = new Path(dir, name);
+        tmp = new Path(dir, "." + name + "." + UUID.randomUUID() + ".tmp");
+    }
+
+    private MessageType schema() {
+        Types.MessageTypeBuilder b = Types.buildMessage();
+        for (int i = 0; i < conf.lateNames.length; i++) {
+            String name = conf.lateNames[i];
+            switch (conf.lateTypes[i]) {
+                case "string":
+                    b.optional(PrimitiveTypeName.BINARY).as(LogicalTypeAnnotation.stringType())
+                        .named(name);
+                    break;
+                case "binary":
+                    b.optional(PrimitiveTypeName.BINARY).named(name);
+                    break;
+                case "long":
+                    b.optional(PrimitiveTypeName.INT64).named(name);
+                    break;
+                case "int":
+                    b.optional(PrimitiveTypeName.INT32).named(name);
+                    break;
+                case "short":
+                    b.optional(PrimitiveTypeName.INT32).as(LogicalTypeAnnotation.intType(16, true))
+                        .named(name);
+                    break;
+                case "byte":
+                    b.optional(PrimitiveTypeName.INT32).as(LogicalTypeAnnotation.intType(8, true))
+                        .named(name);
+                    break;
+                case "double":
+                    b.optional(PrimitiveTypeName.DOUBLE).named(name);
+                    break;
+                case "float":
+                    b.optional(PrimitiveTypeName.FLOAT).named(name);
+                    break;
+                case "boolean":
+                    b.optional(PrimitiveTypeName.BOOLEAN).named(name);
+                    break;
+                case "timestamp":
+                    b.optional(PrimitiveTypeName.INT64).as(LogicalTypeAnnotation.timestampType(
+                        true, LogicalTypeAnnotation.TimeUnit.MICROS)).named(name);
+                    break;
+                case "date":
+                    b.optional(PrimitiveTypeName.INT32).as(LogicalTypeAnnotation.dateType())
+                        .named(name);
+                    break;
+                default:
+                    throw new IllegalArgumentException("goldilocks watermark_stage: no late "
+                        + "column of type " + conf.lateTypes[i]);
+            }
+        }
+        return b.named("late");
+    }
+
+    void write(Row row, Integer code, Long broke) {
+        try {
+            if (writer == null) {
+                schema = schema();
+                groups = new SimpleGroupFactory(schema);
+                writer = ExampleParquetWriter.builder(tmp).withConf(hadoop).withType(schema)
+                    .withWriteMode(ParquetFileWriter.Mode.OVERWRITE)
+                    .withCompressionCodec(CompressionCodecName.SNAPPY)
+                    .withRowGroupSize((long) conf.rowGroupBytes)
+                    .build();
+            }
+            Group g = groups.newGroup();
+            int users = conf.lateNames.length - 3;
+            for (int i = 0; i < users; i++) {
+                if (!row.isNullAt(i)) {
+                    put(g, i, row.get(i));
+                }
+            }
+            if (broke != null) {
+                g.append(conf.lateNames[users], Math.floorDiv(broke.longValue(), 1000L));
+            }
+            String action = conf.actions.get(code);
+            if (action != null) {
+                g.append(conf.lateNames[users + 1], action);
+            }
+            String reason = conf.reasons.get(code);
+            g.append(conf.lateNames[users + 2], reason != null ? reason : "reason " + code);
+            writer.write(g);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    private void put(Group g, int i, Object v) {
+        String name = conf.lateNames[i];
+        switch (conf.lateTypes[i]) {
+            case "string":
+                g.append(name, (String) v);
+                break;
+            case "binary":
+                g.append(name, Binary.fromConstantByteArray((byte[]) v));
+                break;
+            case "long":
+                g.append(name, ((Number) v).longValue());
+                break;
+            case "int":
+            case "short":
+            case "byte":
+                g.append(name, ((Number) v).intValue());
+                break;
+            case "double":
+                g.append(name, ((Number) v).doubleValue());
+                break;
+            case "float":
+                g.append(name, ((Number) v).floatValue());
+                break;
+            case "boolean":
+                g.append(name, (Boolean) v);
+                break;
+            case "timestamp":
+                g.append(name, micros(v));
+                break;
+            case "date":
+                g.append(name, (int) (v instanceof LocalDate ? ((LocalDate) v).toEpochDay()
+                                      : ((Date) v).toLocalDate().toEpochDay()));
+                break;
+            default:
+                throw new IllegalArgumentException(conf.lateTypes[i]);
+        }
+    }
+
+    private static long micros(Object v) {
+        Instant t = v instanceof Instant ? (Instant) v : ((Timestamp) v).toInstant();
+        return BigInteger.valueOf(t.getEpochSecond()).multiply(BigInteger.valueOf(1_000_000L))
+            .add(BigInteger.valueOf(t.getNano() / 1000)).longValueExact();
+    }
+
+    void close() throws IOException {
+        if (writer == null) {
+            return;
+        }
+        writer.close();
+        writer = null;
+        if (!fs.rename(tmp, file)) {
+            fs.delete(file, false);
+            if (!fs.rename(tmp, file)) {
+                throw new IOException("cannot rename " + tmp + " to " + file);
+            }
+        }
+    }
+
+    void abort() {
+        if (writer == null) {
+            return;
+        }
+        try {
+            writer.close();
+        } catch (IOException ignored) {
+            // the file is deleted below either way
+        } finally {
+            writer = null;
+            try {
+                fs.delete(tmp, false);
+            } catch (IOException ignored) {
+                // a temporary name nobody reads
+            }
+        }
+    }
+}

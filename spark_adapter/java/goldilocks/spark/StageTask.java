@@ -1,0 +1,424 @@
+package goldilocks.spark;
+
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.TaskContext;
+import org.apache.spark.deploy.SparkHadoopUtil;
+import org.apache.spark.sql.Row;
+import org.apache.spark.util.TaskCompletionListener;
+import org.apache.spark.util.TaskFailureListener;
+
+/**
+ * One task's share of a watermark stage: the state at the start of its micro-batch, the
+ * decisions of its rows, the summary it leaves for the next micro-batch and its late file.
+ *
+ * <p>The decisions are the Python parallel plan's ({@code spark_adapter/stage_core.py}) for
+ * one clock, the goldilocks or max policy and a CTI generated after every insert: a row is
+ * judged against the state at the start of its micro-batch, whatever order the tasks and
+ * their rows run in. With {@code m(s)} the newest start its source {@code s} has had accepted
+ * in earlier micro-batches, the source's CTI is {@code m(s) - sourceDelay} and the merged CTI
+ * {@code max over s of m(s) - sourceDelay - delay}. An insert starting before its source's
+ * CTI is late at the source (it changes nothing); one starting before the merged CTI is late
+ * at the merge (the generator accepted it: it still counts in {@code m}).
+ *
+ * <p>State, under {@code <state_dir>/<query id>/<stage name>/jvm/}:
+ * <pre>
+ *   begun                               the stage has run for this query
+ *   cum-BBBBBBBBBBBB                    m after micro-batch B, folded
+ *
+ * each a format name, the options' fingerprint, the source delay, the delay (ns), then
+ * (source, m) pairs: UTF-8 bytes, ns
+ *   parts/BBBBBBBBBBBB/part-PPPPPP-RUN  one task's accepted maxima of micro-batch B
+ * </pre>
+ * Exactly once with Spark's own guarantees: micro-batch k runs only after k-1 is committed,
+ * and an uncommitted k runs again, with the same input, in a new run (a new run id). So every
+ * task of k, when it starts: deletes the files of k written by another run (a failed
+ * attempt's) and anything after k (abandoned); folds the newest {@code cum} before k with the
+ * parts of the micro-batches after it (all committed) into {@code cum-(k-1)}, written by
+ * every task alike (a temporary name, then a rename); and deletes what that covers. At task
+ * success its own part is written the same way; a failed task writes none.
+ */
+final class StageTask {
+    static final String FORMAT = "goldilocks-stage-jvm-1";
+    static final long NONE = Long.MIN_VALUE;
+
+    // reason codes: spark_adapter/stage_spec.py
+    static final int ON_TIME = 0;
+    static final int NULL_TIME = 1;
+    static final int TIME_RANGE = 2;
+    static final int NULL_SOURCE = 6;
+    static final int SOURCE_CTI = 20;
+    static final int MERGED_CTI = 21;
+
+    private static final long US_LIMIT = Long.MAX_VALUE / 1000;
+    private static final int RETAIN = 2;
+    private static final int ATTEMPTS = 8;
+    private static final Pattern CUM = Pattern.compile("cum-(\\d+)");
+    private static final Pattern PART = Pattern.compile("part-(\\d+)-(.+)");
+    private static final Pattern LATE = Pattern.compile("part-(\\d+)-(.+)\\.parquet");
+    private static final Pattern RUN = Pattern.compile("runId = ([\\w-]+)");
+
+    private static final ConcurrentHashMap<String, StageTask> TASKS = new ConcurrentHashMap<>();
+
+    /** The task's state for {@code conf}, loaded on its first row. */
+    static StageTask of(StageConf conf, TaskContext context) {
+        String key = context.taskAttemptId() + "\u0000" + conf.key();
+        StageTask task = TASKS.get(key);
+        if (task == null) {
+            task = new StageTask(conf, context);
+            TASKS.put(key, task);
+            final StageTask mine = task;
+            context.addTaskFailureListener(new TaskFailureListener() {
+                @Override
+                public void onTaskFailure(TaskContext c, Throwable error) {
+                    mine.failed = true;
+                }
+            });
+            context.addTaskCompletionListener(new TaskCompletionListener() {
+                @Override
+                public void onTaskCompletion(TaskContext c) {
+                    TASKS.remove(key);
+                    mine.finish();
+                }
+            });
+        }
+        return task;
+    }
+
+    private final StageConf conf;
+    private final long batch;
+    private final String query;
+    private final String run;
+    private final int partition;
+    private final FileSystem fs;
+    private final Path dir;
+    /** Per source: {its CTI at the batch's start, the newest start accepted in this task}. */
+    private final HashMap<String, long[]> sources = new HashMap<>();
+    private long judged = NONE;
+    private LateWriter late;
+    private boolean failed;
+
+    private StageTask(StageConf conf, TaskContext context) {
+        this.conf = conf;
+        String id = context.getLocalProperty("streaming.sql.batchId");
+        if (id == null) {
+            throw new IllegalStateException(
+                "goldilocks watermark_stage: the JVM plan runs in a streaming query only");
+        }
+        batch = Long.parseLong(id);
+        String q = context.getLocalProperty("sql.streaming.queryId");
+        query = q == null ? "batch" : q;
+        run = runId(context);
+        partition = context.partitionId();
+        Configuration hadoop = SparkHadoopUtil.get().newConfiguration(SparkEnv.get().conf());
+        Path root = new Path(conf.stateDir);
+        try {
+            FileSystem f = root.getFileSystem(hadoop);
+            fs = f instanceof LocalFileSystem ? ((LocalFileSystem) f).getRawFileSystem() : f;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+        dir = new Path(new Path(new Path(root, query), conf.name), "jvm");
+        if (conf.latePath != null) {
+            late = new LateWriter(conf, hadoop, new Path(new Path(new Path(conf.latePath),
+                "query=" + query), "batch=" + batch), partition, run);
+        }
+        load();
+    }
+
+    private static String runId(TaskContext context) {
+        String group = context.getLocalProperty("spark.jobGroup.id");
+        if (group != null && !group.isEmpty()) {
+            return group;
+        }
+        String description = context.getLocalProperty("spark.job.description");
+        if (description != null) {
+            Matcher m = RUN.matcher(description);
+            if (m.find()) {
+                return m.group(1);
+            }
+        }
+        return "run";
+    }
+
+    // -- decisions --------------------------------------------------------------------------
+
+    int decide(String source, Long timeUs) {
+        if (timeUs == null) {
+            return NULL_TIME;
+        }
+        long us = timeUs;
+        if (us > US_LIMIT || us < -US_LIMIT) {
+            return TIME_RANGE;
+        }
+        if (source == null) {
+            return NULL_SOURCE;
+        }
+        long t = us * 1000;
+        long[] s = sources.get(source);
+        if (s == null) {
+            sources.put(source, new long[] {NONE, t});
+        } else {
+            if (t < s[0]) {
+                return SOURCE_CTI;
+            }
+            if (t > s[1]) {
+                s[1] = t;
+            }
+        }
+        return t < judged ? MERGED_CTI : ON_TIME;
+    }
+
+    long judged() {
+        return judged;
+    }
+
+    long broke(String source, Integer code) {
+        if (code == null || code == ON_TIME || code == MERGED_CTI) {
+            return judged;
+        }
+        if (code == SOURCE_CTI) {
+            long[] s = sources.get(source);
+            return s == null ? NONE : s[0];
+        }
+        return NONE;
+    }
+
+    void keepLate(Row row, Integer code, Long broke) {
+        if (late == null) {
+            throw new IllegalStateException("goldilocks watermark_stage: no late_path");
+        }
+        late.write(row, code, broke);
+    }
+
+    // -- state ------------------------------------------------------------------------------
+
+    private static long minus(long a, long b) { // saturating at NONE, as the engine's MIN_TIME
+        if (a == NONE) {
+            return NONE;
+        }
+        long r = a - b;
+        return ((a ^ b) & (a ^ r)) < 0 ? NONE : r;
+    }
+
+    private void load() {
+        for (int attempt = 0; ; attempt++) {
+            try {
+                TreeMap<String, Long> maxima = loadOnce();
+                for (Map.Entry<String, Long> e : maxima.entrySet()) {
+                    long cti = minus(e.getValue(), conf.sourceDelay);
+                    sources.put(e.getKey(), new long[] {cti, NONE});
+                    judged = Math.max(judged, minus(cti, conf.delay));
+                }
+                return;
+            } catch (FileNotFoundException e) {
+                if (attempt >= ATTEMPTS) { // a peer compacted what the listing showed
+                    throw new IllegalStateException("goldilocks watermark_stage: the state in "
+                        + dir + " kept changing while it was read; is another query "
+                        + "writing it?", e);
+                }
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+    }
+
+    private TreeMap<String, Long> loadOnce() throws IOException {
+        Path stage = dir.getParent();
+        if (fs.exists(stage)) {
+            for (FileStatus f : fs.listStatus(stage)) {
+                if (!f.getPath().getName().equals("jvm")) {
+                    throw new IllegalStateException("goldilocks watermark_stage: the state in "
+                        + stage + " was written by the stage's Python plan; this query runs "
+                        + "the JVM plan. Run it as before (watermark_stage(..., jvm=False)), or "
+                        + "start a new query (a new checkpoint)");
+                }
+            }
+        }
+        if (!fs.exists(dir)) {
+            if (batch > 0) {
+                throw new IllegalStateException("goldilocks watermark_stage: no state for this "
+                    + "query in " + dir + ", but the query is at micro-batch " + batch
+                    + ": the stage's state_dir was moved or deleted while the checkpoint was "
+                    + "kept. Restart with the state_dir of the earlier runs, or with a new "
+                    + "checkpoint (which starts the stream over)");
+            }
+            fs.mkdirs(dir);
+            write(new Path(dir, "begun"), null);
+        }
+        // parts before cums: a peer writes cum-j before it deletes the parts of j, so parts
+        // missing from this listing are in a cum the next listing sees
+        TreeMap<Long, ArrayList<Path>> parts = new TreeMap<>();
+        Path partsDir = new Path(dir, "parts");
+        if (fs.exists(partsDir)) {
+            for (FileStatus d : fs.listStatus(partsDir)) {
+                long b = Long.parseLong(d.getPath().getName());
+                if (b > batch) {
+                    fs.delete(d.getPath(), true);
+                    continue;
+                }
+                ArrayList<Path> files = new ArrayList<>();
+                for (FileStatus f : fs.listStatus(d.getPath())) {
+                    Matcher m = PART.matcher(f.getPath().getName());
+                    if (!m.matches()) {
+                        continue; // a temporary file
+                    }
+                    if (b == batch && !m.group(2).equals(run)) { // a failed attempt's
+                        fs.delete(f.getPath(), false);
+                    } else if (b < batch) {
+                        files.add(f.getPath());
+                    }
+                }
+                if (b < batch) {
+                    parts.put(b, files);
+                }
+            }
+        }
+        TreeMap<Long, Path> cums = new TreeMap<>();
+        for (FileStatus f : fs.listStatus(dir)) {
+            Matcher m = CUM.matcher(f.getPath().getName());
+            if (m.matches()) {
+                long b = Long.parseLong(m.group(1));
+                if (b >= batch) { // abandoned: written after a micro-batch that runs again
+                    fs.delete(f.getPath(), false);
+                } else {
+                    cums.put(b, f.getPath());
+                }
+            }
+        }
+        Long base = cums.isEmpty() ? null : cums.lastKey();
+        TreeMap<String, Long> maxima = base == null ? new TreeMap<>() : read(cums.get(base));
+        Long folded = null;
+        for (Map.Entry<Long, ArrayList<Path>> e : parts.entrySet()) {
+            if (base == null || e.getKey() > base) {
+                for (Path p : e.getValue()) {
+                    for (Map.Entry<String, Long> s : read(p).entrySet()) {
+                        maxima.merge(s.getKey(), s.getValue(), Math::max);
+                    }
+                }
+                folded = e.getKey();
+            }
+        }
+        if (folded != null) {
+            write(new Path(dir, String.format("cum-%012d", folded)), maxima);
+            base = folded;
+        }
+        if (base != null) { // compact: what the newest cum covers
+            for (Long b : parts.keySet()) {
+                if (b <= base) {
+                    fs.delete(new Path(partsDir, String.format("%012d", b)), true);
+                }
+            }
+            int newer = 0;
+            for (Long b : cums.descendingKeySet()) {
+                if (b < base && ++newer > RETAIN) {
+                    fs.delete(cums.get(b), false);
+                }
+            }
+        }
+        return maxima;
+    }
+
+    /** At task end: this task's part (on success) and its late file. */
+    private void finish() {
+        try {
+            if (failed) {
+                if (late != null) {
+                    late.abort();
+                }
+                return;
+            }
+            TreeMap<String, Long> mine = new TreeMap<>();
+            for (Map.Entry<String, long[]> e : sources.entrySet()) {
+                if (e.getValue()[1] != NONE) {
+                    mine.put(e.getKey(), e.getValue()[1]);
+                }
+            }
+            if (!mine.isEmpty()) {
+                write(new Path(new Path(new Path(dir, "parts"), String.format("%012d", batch)),
+                               String.format("part-%06d-%s", partition, run)), mine);
+            }
+            if (late != null) {
+                late.close();
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    private TreeMap<String, Long> read(Path file) throws IOException {
+        TreeMap<String, Long> out = new TreeMap<>();
+        try (FSDataInputStream raw = fs.open(file);
+             DataInputStream in = new DataInputStream(raw)) {
+            String format = in.readUTF();
+            String fingerprint = in.readUTF();
+            if (!FORMAT.equals(format)) {
+                throw new IllegalStateException("goldilocks watermark_stage: " + file
+                    + " is not this version's state (" + format + ", expected " + FORMAT + ")");
+            }
+            if (!conf.fingerprint.equals(fingerprint)) {
+                throw new IllegalStateException("goldilocks watermark_stage: the state in "
+                    + dir + " was written by a stage with other options (" + fingerprint
+                    + "); this one has " + conf.fingerprint + ". Keep the options of the "
+                    + "running query, or start a new query (a new checkpoint)");
+            }
+            in.readLong(); // the delays: the fingerprint has them
+            in.readLong();
+            int n = in.readInt();
+            for (int i = 0; i < n; i++) {
+                byte[] name = new byte[in.readInt()];
+                in.readFully(name);
+                out.put(new String(name, StandardCharsets.UTF_8), in.readLong());
+            }
+        }
+        return out;
+    }
+
+    /** Writes {@code maxima} (or an empty marker file) under a temporary name, then renames. */
+    private void write(Path file, Map<String, Long> maxima) throws IOException {
+        Path tmp = new Path(file.getParent(), "." + file.getName() + "." + UUID.randomUUID());
+        try (FSDataOutputStream raw = fs.create(tmp, true);
+             DataOutputStream out = new DataOutputStream(raw)) {
+            if (maxima != null) {
+                out.writeUTF(FORMAT);
+                out.writeUTF(conf.fingerprint);
+                out.writeLong(conf.sourceDelay); // for readers: the CTIs the maxima make
+                out.writeLong(conf.delay);
+                out.writeInt(maxima.size());
+                for (Map.Entry<String, Long> e : maxima.entrySet()) {
+                    byte[] name = e.getKey().getBytes(StandardCharsets.UTF_8);
+                    out.writeInt(name.length);
+                    out.write(name);
+                    out.writeLong(e.getValue());
+                }
+            }
+        }
+        if (!fs.rename(tmp, file)) { // a file system whose rename does not replace
+            fs.delete(file, false);
+            if (!fs.rename(tmp, file)) {
+                throw new IOException("cannot rename " + tmp + " to " + file);
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+"""The stage's jar ships built from the Java sources beside it: its recorded digest is the
+sources' digest, it holds a class for every source, and (with a JDK) the sources still
+compile, warnings as errors, into a jar with the same classes."""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from spark_adapter import jvm
+
+
+def test_the_jar_is_built_from_the_sources_in_the_tree():
+    jar = Path(jvm.stage_jar())
+    assert jar.is_file(), "run python -m spark_adapter.jvm to build the stage's jar"
+    assert jvm.jar_digest(jar) == jvm.sources_digest(), (
+        "the Java sources changed since the jar was built: run python -m spark_adapter.jvm")
+    with zipfile.ZipFile(jar) as z:
+        names = set(z.namelist())
+    for source in (Path(jvm.__file__).parent / "java").rglob("*.java"):
+        assert f"goldilocks/spark/{source.stem}.class" in names
+
+
+def test_the_digest_changes_with_any_source(tmp_path):
+    root = tmp_path / "java"
+    shutil.copytree(Path(jvm.__file__).parent / "java", root)
+    before = jvm.sources_digest(root)
+    assert before == jvm.sources_digest()
+    source = next(root.rglob("StageTask.java"))
+    source.write_text(source.read_text() + "\n")
+    assert jvm.sources_digest(root) != before
+
+
+@pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)")
+def test_the_sources_compile_into_the_same_classes(tmp_path):
+    pytest.importorskip("pyspark")
+    built = jvm.build_stage_jar(tmp_path / "stage.jar")
+    with zipfile.ZipFile(built) as a, zipfile.ZipFile(jvm.stage_jar()) as b:
+        assert sorted(a.namelist()) == sorted(b.namelist())
+        assert a.read(jvm.JAR_DIGEST_ENTRY) == b.read(jvm.JAR_DIGEST_ENTRY)
+
+
+def test_the_format_the_python_side_reads_is_the_jars():
+    source = next((Path(jvm.__file__).parent / "java").rglob("StageTask.java")).read_text()
+    assert f'static final String FORMAT = "{jvm.JVM_FORMAT}";' in source
