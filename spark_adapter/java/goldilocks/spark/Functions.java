@@ -35,25 +35,28 @@ public final class Functions {
     private abstract static class Bound implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
         final StageConf conf;
-        private transient StageTask task;
-        private transient long attempt = -1;
+        /** This task's state; cleared when the task ends, so a function object that Spark
+         *  kept for another task looks its state up again. */
+        private transient volatile StageTask task;
 
         Bound(StageConf conf) {
             this.conf = conf;
         }
 
         final StageTask task() {
+            StageTask t = task;
+            if (t != null) {
+                return t; // no thread-local lookup per row
+            }
             TaskContext context = TaskContext.get();
             if (context == null) {
                 throw new IllegalStateException(
                     "goldilocks watermark_stage: a stage function ran outside a Spark task");
             }
-            long id = context.taskAttemptId();
-            if (task == null || attempt != id) {
-                task = StageTask.of(conf, context);
-                attempt = id;
-            }
-            return task;
+            t = StageTask.of(conf, context);
+            t.onFinish(() -> task = null);
+            task = t;
+            return t;
         }
     }
 

@@ -99,6 +99,9 @@ final class StageTask {
                 @Override
                 public void onTaskCompletion(TaskContext c) {
                     TASKS.remove(key);
+                    for (Runnable r : mine.finished) {
+                        r.run();
+                    }
                     mine.finish();
                 }
             });
@@ -118,6 +121,8 @@ final class StageTask {
     private long judged = NONE;
     private LateWriter late;
     private boolean failed;
+    /** What the functions bound to this task do when it ends (forget it). */
+    private final ArrayList<Runnable> finished = new ArrayList<>();
 
     private StageTask(StageConf conf, TaskContext context) {
         this.conf = conf;
@@ -160,6 +165,11 @@ final class StageTask {
             }
         }
         return "run";
+    }
+
+    /** Runs {@code r} when the task ends, before its state is written. */
+    void onFinish(Runnable r) {
+        finished.add(r);
     }
 
     // -- decisions --------------------------------------------------------------------------
