@@ -129,11 +129,14 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         "*", F.call_function(called["decide"], source, F.unix_micros(time)).alias(CODE))
     code = F.col(CODE)
     judged = f"{called['judged']}({CODE})"  # SQL: evaluated only where a branch needs it
-    # the CTI a row makes: an on-time row's start less the delays, any other row's the one
-    # in force (which Spark's watermark already has); the maximum is the CTI at the end
+    # the CTI known after a row: the one in force, or an on-time row's start less the delays
+    # if that is later; the maximum over the micro-batch is the CTI at its end (the Python
+    # plan's marker value, which the `cti` metric reports)
+    in_force = _ns_to_timestamp(judged)
     decided = decided.withColumn(
-        WM, F.when(code == 0, F.timestamp_micros(F.unix_micros(time) - F.lit(delay_us)))
-        .otherwise(_ns_to_timestamp(judged)))
+        WM, F.when(code == 0, F.greatest(
+            F.timestamp_micros(F.unix_micros(time) - F.lit(delay_us)), in_force))
+        .otherwise(in_force))
     # one sum counts both kinds of late row: late ones in the low 32 bits, rejected above
     packed = F.coalesce(F.sum(F.when(code.isin(SOURCE_CTI, MERGED_CTI), F.lit(1))
                               .when(code != 0, F.lit(1 << 32)).otherwise(F.lit(0))),

@@ -74,7 +74,12 @@ def _table(spark, name, order="id"):
 
 
 def _late(spark, work):
-    """The late files' rows (the ``query=<id>`` folder told apart, the ``batch`` kept)."""
+    """The late files' rows (the ``query=<id>`` folder told apart, the ``batch`` kept); no
+    other file beside them (no temporary or checksum file left behind)."""
+    import re
+
+    files = [p.name for p in (work / "state" / "late").rglob("*") if p.is_file()]
+    assert files and all(re.fullmatch(r"part-\d{6}-[\w-]+\.parquet", f) for f in files), files
     frame = spark.read.parquet(str(work / "state" / "late")).drop("query")
     return frame.schema, [tuple(r) for r in frame.orderBy("id").collect()]
 
@@ -102,6 +107,28 @@ def test_the_jvm_plan_equals_the_python_plan(spark, tmp_path, options):
     assert any(r.startswith("starts before") for r in reasons)  # and late ones
     assert prog_j == prog_p                         # watermarks and metrics, batch by batch
     assert len(prog_j) >= len(batches)
+
+
+def test_a_micro_batch_of_on_time_rows_below_the_cti_in_force_reports_that_cti(spark,
+                                                                               tmp_path):
+    """A is far ahead after micro-batch 0; micro-batch 1 holds only B's readings, on time yet
+    making a CTI below the one in force: both plans report the CTI in force, and the same
+    watermarks; no late or rejected row hides the difference."""
+    t0 = 1_767_225_600 * 10**9
+    batches = [[Row(1, "A", t0 + 1000 * 10**9), Row(2, "B", t0 + 980 * 10**9)],
+               [Row(3, "B", t0 + 995 * 10**9), Row(4, "B", t0 + 996 * 10**9)]]
+    write_readings(tmp_path / "in", batches)
+    got = {}
+    for jvm in (True, False):
+        name = f"jvm_in_force_{int(jvm)}"
+        _, query = _run(spark, tmp_path, name, jvm, delay="10 seconds")
+        got[jvm] = (_table(spark, name), _progress(query))
+    assert got[True] == got[False]
+    metrics = [m for _, m in got[True][1] if m is not None]
+    assert [m["late"] + m["rejected"] for m in metrics[:2]] == [0, 0]
+    cti = metrics[1]["cti"]  # the CTI in force, as the progress report writes a timestamp
+    cti = cti if isinstance(cti, datetime) else datetime.fromisoformat(cti.replace("Z", "+00:00"))
+    assert cti.timestamp() == (t0 + 990 * 10**9) / 10**9, metrics[1]
 
 
 def test_late_rows_kept_in_the_stream_equal_the_python_plans(spark, tmp_path):
@@ -262,3 +289,31 @@ def test_sources_with_any_text_and_integer_devices_keep_their_clocks(spark, tmp_
         assert got[True, column] == got[False, column]
         schema, rows = got[True, column]
         assert any(r[schema.names.index("late_action")] == "dropped" for r in rows)
+
+
+def test_a_first_micro_batch_that_gives_the_stage_no_row_starts_the_clock_later(spark,
+                                                                                 tmp_path):
+    """The user's filter before the stage removes all of micro-batch 0: the JVM plan's
+    functions never run in it, so its state begins at micro-batch 1 — which goes on, and
+    decides as the Python plan does."""
+    from pyspark.sql import functions as F
+
+    from spark_adapter import watermark_stage
+
+    t0 = 1_767_225_600 * 10**9
+    batches = [[Row(i, "AB"[i % 2], t0 + i * 10**9) for i in range(5)],
+               [Row(100 + i, "AB"[i % 2], t0 + (10 + i) * 10**9) for i in range(5)]
+               + [Row(200, "A", t0)]]  # older than A's CTI: late
+    write_readings(tmp_path / "in", batches)
+    got = {}
+    for jvm in (True, False):
+        name = f"jvm_empty_first_{int(jvm)}"
+        stream = readings_stream(spark, tmp_path / "in", SCHEMA).where(F.col("id") >= 100)
+        staged = watermark_stage(stream, delay="5 seconds", time_col="ts",
+                                 source_col="device_id", state_dir=str(tmp_path / name),
+                                 keep_late=True, jvm=jvm)
+        run_query(staged, name, tmp_path / f"{name}_ck")
+        got[jvm] = _table(spark, name)
+    assert got[True] == got[False]
+    schema, rows = got[True]
+    assert [r[schema.names.index("id")] for r in rows] == [100, 101, 102, 103, 104, 200]

@@ -22,6 +22,9 @@ import org.apache.parquet.hadoop.ParquetFileWriter;
 import org.apache.parquet.hadoop.ParquetWriter;
 import org.apache.parquet.hadoop.example.ExampleParquetWriter;
 import org.apache.parquet.hadoop.metadata.CompressionCodecName;
+import org.apache.parquet.hadoop.util.HadoopStreams;
+import org.apache.parquet.io.OutputFile;
+import org.apache.parquet.io.PositionOutputStream;
 import org.apache.parquet.io.api.Binary;
 import org.apache.parquet.schema.LogicalTypeAnnotation;
 import org.apache.parquet.schema.MessageType;
@@ -122,12 +125,43 @@ final class LateWriter {
         return b.named("late");
     }
 
+    /** The temporary file, written through {@code fs} itself (a raw local file system
+     *  writes no checksum file beside it, which the rename would leave behind). */
+    private OutputFile output() {
+        return new OutputFile() {
+            @Override
+            public PositionOutputStream create(long blockSizeHint) throws IOException {
+                return HadoopStreams.wrap(fs.create(tmp, false));
+            }
+
+            @Override
+            public PositionOutputStream createOrOverwrite(long blockSizeHint) throws IOException {
+                return HadoopStreams.wrap(fs.create(tmp, true));
+            }
+
+            @Override
+            public boolean supportsBlockSize() {
+                return false;
+            }
+
+            @Override
+            public long defaultBlockSize() {
+                return 0;
+            }
+
+            @Override
+            public String getPath() {
+                return tmp.toString();
+            }
+        };
+    }
+
     void write(Row row, Integer code, Long broke) {
         try {
             if (writer == null) {
                 schema = schema();
                 groups = new SimpleGroupFactory(schema);
-                writer = ExampleParquetWriter.builder(tmp).withConf(hadoop).withType(schema)
+                writer = ExampleParquetWriter.builder(output()).withConf(hadoop).withType(schema)
                     .withWriteMode(ParquetFileWriter.Mode.OVERWRITE)
                     .withCompressionCodec(CompressionCodecName.SNAPPY)
                     .withRowGroupSize((long) conf.rowGroupBytes)
@@ -205,12 +239,7 @@ final class LateWriter {
         }
         writer.close();
         writer = null;
-        if (!fs.rename(tmp, file)) {
-            fs.delete(file, false);
-            if (!fs.rename(tmp, file)) {
-                throw new IOException("cannot rename " + tmp + " to " + file);
-            }
-        }
+        StageTask.publish(fs, tmp, file);
     }
 
     void abort() {

@@ -28,6 +28,8 @@ import org.apache.spark.deploy.SparkHadoopUtil;
 import org.apache.spark.sql.Row;
 import org.apache.spark.util.TaskCompletionListener;
 import org.apache.spark.util.TaskFailureListener;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * One task's share of a watermark stage: the state at the start of its micro-batch, the
@@ -80,14 +82,19 @@ final class StageTask {
     private static final Pattern RUN = Pattern.compile("runId = ([\\w-]+)");
 
     private static final ConcurrentHashMap<String, StageTask> TASKS = new ConcurrentHashMap<>();
+    private static final Logger LOG = LoggerFactory.getLogger(StageTask.class);
 
     /** The task's state for {@code conf}, loaded on its first row. */
     static StageTask of(StageConf conf, TaskContext context) {
         String key = context.taskAttemptId() + "\u0000" + conf.key();
         StageTask task = TASKS.get(key);
         if (task == null) {
-            task = new StageTask(conf, context);
-            TASKS.put(key, task);
+            StageTask made = new StageTask(conf, context);
+            task = TASKS.putIfAbsent(key, made);
+            if (task != null) {
+                return task; // another thread of the task made it first
+            }
+            task = made;
             final StageTask mine = task;
             context.addTaskFailureListener(new TaskFailureListener() {
                 @Override
@@ -267,12 +274,12 @@ final class StageTask {
             }
         }
         if (!fs.exists(dir)) {
-            if (batch > 0) {
-                throw new IllegalStateException("goldilocks watermark_stage: no state for this "
-                    + "query in " + dir + ", but the query is at micro-batch " + batch
-                    + ": the stage's state_dir was moved or deleted while the checkpoint was "
-                    + "kept. Restart with the state_dir of the earlier runs, or with a new "
-                    + "checkpoint (which starts the stream over)");
+            if (batch > 0) { // no row reached the stage before, or state_dir was moved
+                LOG.warn("goldilocks watermark_stage: no state for this query in {} at "
+                    + "micro-batch {}: starting from an empty clock. Expected when no row "
+                    + "reached the stage in the micro-batches before; if state_dir was moved "
+                    + "or deleted while the checkpoint was kept, restart with the earlier "
+                    + "state_dir or a new checkpoint", dir, batch);
             }
             fs.mkdirs(dir);
             write(new Path(dir, "begun"), null);
@@ -352,13 +359,14 @@ final class StageTask {
 
     /** At task end: this task's part (on success) and its late file. */
     private void finish() {
-        try {
-            if (failed) {
-                if (late != null) {
-                    late.abort();
-                }
-                return;
+        if (failed) {
+            if (late != null) {
+                late.abort();
             }
+            return;
+        }
+        boolean written = false;
+        try {
             TreeMap<String, Long> mine = new TreeMap<>();
             for (Map.Entry<String, long[]> e : sources.entrySet()) {
                 if (e.getValue()[1] != NONE) {
@@ -372,8 +380,13 @@ final class StageTask {
             if (late != null) {
                 late.close();
             }
+            written = true;
         } catch (IOException e) {
             throw new UncheckedIOException(e);
+        } finally {
+            if (!written && late != null) {
+                late.abort(); // the task fails: its late rows are written by its retry
+            }
         }
     }
 
@@ -424,11 +437,23 @@ final class StageTask {
                 }
             }
         }
-        if (!fs.rename(tmp, file)) { // a file system whose rename does not replace
-            fs.delete(file, false);
-            if (!fs.rename(tmp, file)) {
-                throw new IOException("cannot rename " + tmp + " to " + file);
-            }
+        publish(fs, tmp, file);
+    }
+
+    /**
+     * Renames {@code tmp} to {@code file}. Where the file system's rename does not replace
+     * (HDFS, object stores), a {@code file} already there is kept and {@code tmp} dropped:
+     * every writer of one name writes the same bytes (the same fold, or the same task's rows
+     * again), and deleting the file first would leave a moment without it for a reader.
+     */
+    static void publish(FileSystem fs, Path tmp, Path file) throws IOException {
+        if (fs.rename(tmp, file)) {
+            return;
         }
+        if (fs.exists(file)) {
+            fs.delete(tmp, false);
+            return;
+        }
+        throw new IOException("cannot rename " + tmp + " to " + file);
     }
 }
