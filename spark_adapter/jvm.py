@@ -24,6 +24,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
+from engine import MIN_TIME
+
 __all__ = ["stage_jar", "sources_digest", "build_stage_jar", "stage_functions",
            "read_jvm_state", "JAR_DIGEST_ENTRY", "JVM_FORMAT"]
 
@@ -138,7 +140,7 @@ def read_jvm_state(names: list[str], read_bytes: Callable[[str], bytes]) -> dict
 
 
 def _minus(a: int, b: int) -> int:
-    return max(a - b, -(2**63))  # saturating at the engine's MIN_TIME
+    return max(a - b, MIN_TIME)  # saturating, as StageTask.minus
 
 
 def main() -> int:

@@ -8,19 +8,20 @@ timestamp column — the decision needs two columns, a running maximum per devic
 at the start of the micro-batch, and runs as scalar JVM functions in Spark's generated code.
 The plan::
 
-    input ─▶ project(…, code = decide(source, unix_micros(time)), judged = judged())
-          ─▶ project(_gl_wm = time − (source delay + delay) where code = 0)
+    input ─▶ project(…, code = decide(source, unix_micros(time)))
+          ─▶ project(_gl_wm = the CTI known after the row: judged(code), or for an on-time
+                     row the later of that and time − (source delay + delay))
           ─▶ withWatermark(_gl_wm, 1 ms) ─▶ observe(name, cti, rows, late, rejected)
           ─▶ where(code = 0 OR keepLate(struct(user columns), code, broke(source, code)))
-          ─▶ select(user columns, cti)                  (the time column marked for windows)
+          ─▶ select(user columns, cti = judged(code))    (the time column marked for windows)
 
 - ``decide`` judges a row against the state at the start of the micro-batch, exactly as the
   parallel plan (``stage_core.ParallelDecider``) does for these options, and returns its
-  reason code (0: on time); state lives in side files (``StageTask.java``).
-- ``_gl_wm`` is the CTI each on-time row makes (its start less the generator's and the
-  policy's delays), so Spark's watermark — the maximum over the micro-batch, never moving
-  back — is the CTI at the end of the micro-batch, as the Python plan's marker rows make it.
-  Late rows carry none: they move no CTI.
+  reason code (0: on time); state lives in side files (``StageTask.java``). ``judged`` is
+  the CTI in force (the same for every row of a task), ``broke`` the CTI a late row broke.
+- ``_gl_wm`` is the CTI known after each row, so Spark's watermark — the maximum over the
+  micro-batch, never moving back — and the ``cti`` metric are the CTI at the end of the
+  micro-batch, as the Python plan's marker rows make them.
 - Late and rejected rows are written by the deciding task to ``late_path`` as Parquet, in the
   Python plan's layout and columns (``LateWriter.java``), or kept in the stream with
   ``late_action`` and ``late_reason`` (``keep_late=True``).
@@ -151,8 +152,7 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
     broke = F.call_function(called["broke"], source, code)
     user = [F.col(c) for c in spec.user_columns]
     if spec.keep_late:
-        kept = decided.withColumn("_gl_broke", F.when(code == 0, F.expr(judged))
-                                  .otherwise(broke))
+        kept = decided.withColumn("_gl_broke", broke)  # an on-time row's: the judged CTI
         cti = _ns_to_timestamp("_gl_broke")
         action = F.lit(None).cast("string")
         reason = F.lit(None).cast("string")

@@ -32,6 +32,11 @@ public final class Functions {
     private Functions() {
     }
 
+    /** An instant in ns for Spark: null for none ({@link StageTask#NONE}). */
+    private static Long instant(long ns) {
+        return ns == StageTask.NONE ? null : ns;
+    }
+
     private abstract static class Bound implements java.io.Serializable {
         private static final long serialVersionUID = 1L;
         final StageConf conf;
@@ -82,8 +87,7 @@ public final class Functions {
 
         @Override
         public Long call(Integer code) {
-            long judged = task().judged();
-            return judged == StageTask.NONE ? null : judged;
+            return instant(task().judged());
         }
     }
 
@@ -96,8 +100,7 @@ public final class Functions {
 
         @Override
         public Long call(String source, Integer code) {
-            long broke = task().broke(source, code);
-            return broke == StageTask.NONE ? null : broke;
+            return instant(task().broke(source, code));
         }
     }
 

@@ -2,7 +2,6 @@ package goldilocks.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.math.BigInteger;
 import java.sql.Date;
 import java.sql.Timestamp;
 import java.time.Instant;
@@ -14,7 +13,6 @@ import java.util.regex.Pattern;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
-import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.parquet.example.data.Group;
 import org.apache.parquet.example.data.simple.SimpleGroupFactory;
@@ -55,9 +53,8 @@ final class LateWriter {
     LateWriter(StageConf conf, Configuration hadoop, Path dir, int partition, String run) {
         this.conf = conf;
         this.hadoop = hadoop;
+        fs = StageTask.fileSystem(dir, hadoop);
         try {
-            FileSystem f = dir.getFileSystem(hadoop);
-            fs = f instanceof LocalFileSystem ? ((LocalFileSystem) f).getRawFileSystem() : f;
             if (fs.exists(dir)) {
                 for (FileStatus s : fs.listStatus(dir)) {
                     Matcher m = LATE.matcher(s.getPath().getName());
@@ -229,8 +226,8 @@ final class LateWriter {
 
     private static long micros(Object v) {
         Instant t = v instanceof Instant ? (Instant) v : ((Timestamp) v).toInstant();
-        return BigInteger.valueOf(t.getEpochSecond()).multiply(BigInteger.valueOf(1_000_000L))
-            .add(BigInteger.valueOf(t.getNano() / 1000)).longValueExact();
+        return Math.addExact(Math.multiplyExact(t.getEpochSecond(), 1_000_000L),
+                             t.getNano() / 1000);
     }
 
     void close() throws IOException {

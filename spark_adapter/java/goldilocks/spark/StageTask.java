@@ -78,7 +78,6 @@ final class StageTask {
     private static final int ATTEMPTS = 8;
     private static final Pattern CUM = Pattern.compile("cum-(\\d+)");
     private static final Pattern PART = Pattern.compile("part-(\\d+)-(.+)");
-    private static final Pattern LATE = Pattern.compile("part-(\\d+)-(.+)\\.parquet");
     private static final Pattern RUN = Pattern.compile("runId = ([\\w-]+)");
 
     private static final ConcurrentHashMap<String, StageTask> TASKS = new ConcurrentHashMap<>();
@@ -145,18 +144,25 @@ final class StageTask {
         partition = context.partitionId();
         Configuration hadoop = SparkHadoopUtil.get().newConfiguration(SparkEnv.get().conf());
         Path root = new Path(conf.stateDir);
-        try {
-            FileSystem f = root.getFileSystem(hadoop);
-            fs = f instanceof LocalFileSystem ? ((LocalFileSystem) f).getRawFileSystem() : f;
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
+        fs = fileSystem(root, hadoop);
         dir = new Path(new Path(new Path(root, query), conf.name), "jvm");
         if (conf.latePath != null) {
             late = new LateWriter(conf, hadoop, new Path(new Path(new Path(conf.latePath),
                 "query=" + query), "batch=" + batch), partition, run);
         }
         load();
+    }
+
+    /** The file system of {@code path}; for a local path the raw one (Hadoop's checksummed
+     *  local file system writes a {@code .crc} file beside each file, which a rename made
+     *  through another handle would leave behind). */
+    static FileSystem fileSystem(Path path, Configuration hadoop) {
+        try {
+            FileSystem f = path.getFileSystem(hadoop);
+            return f instanceof LocalFileSystem ? ((LocalFileSystem) f).getRawFileSystem() : f;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
     }
 
     private static String runId(TaskContext context) {
@@ -198,13 +204,13 @@ final class StageTask {
             sources.put(source, new long[] {NONE, t});
         } else {
             if (t < s[0]) {
-                return SOURCE_CTI;
+                return SOURCE_CTI; // TS §2.4: starts before its source's CTI; dropped (TS §3.1)
             }
             if (t > s[1]) {
                 s[1] = t;
             }
         }
-        return t < judged ? MERGED_CTI : ON_TIME;
+        return t < judged ? MERGED_CTI : ON_TIME; // TS §2.4 at the merge; dropped (TS §3.1)
     }
 
     long judged() {
