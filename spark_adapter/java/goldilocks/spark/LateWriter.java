@@ -52,7 +52,7 @@ final class LateWriter {
 
     LateWriter(StageConf conf, Configuration hadoop, Path dir, int partition, String run) {
         this.conf = conf;
-        this.hadoop = hadoop;
+        this.hadoop = new Configuration(hadoop); // the writer's own: Parquet may set keys
         fs = StageTask.fileSystem(dir, hadoop);
         try {
             if (fs.exists(dir)) {

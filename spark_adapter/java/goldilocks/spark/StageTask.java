@@ -142,7 +142,7 @@ final class StageTask {
         query = q == null ? "batch" : q;
         run = runId(context);
         partition = context.partitionId();
-        Configuration hadoop = SparkHadoopUtil.get().newConfiguration(SparkEnv.get().conf());
+        Configuration hadoop = hadoop();
         Path root = new Path(conf.stateDir);
         fs = fileSystem(root, hadoop);
         dir = new Path(new Path(new Path(root, query), conf.name), "jvm");
@@ -152,6 +152,26 @@ final class StageTask {
         }
         load();
     }
+
+    /**
+     * The executor's Hadoop configuration, built once per {@link SparkEnv} (a new one per
+     * task read Hadoop's XML resources again: 8–25 ms of every task on the benchmark's
+     * machine). Shared read-only; a writer that may set keys takes a copy.
+     */
+    static Configuration hadoop() {
+        SparkEnv env = SparkEnv.get();
+        Hadoop h = shared;
+        if (h == null || h.env() != env) {
+            h = new Hadoop(env, SparkHadoopUtil.get().newConfiguration(env.conf()));
+            shared = h;
+        }
+        return h.conf();
+    }
+
+    private record Hadoop(SparkEnv env, Configuration conf) {
+    }
+
+    private static volatile Hadoop shared;
 
     /** The file system of {@code path}; for a local path the raw one (Hadoop's checksummed
      *  local file system writes a {@code .crc} file beside each file, which a rename made
