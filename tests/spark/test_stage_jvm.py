@@ -144,6 +144,46 @@ def test_late_rows_kept_in_the_stream_equal_the_python_plans(spark, tmp_path):
     assert actions == {None, "dropped", "rejected"}
 
 
+def test_late_rows_of_every_flat_column_type_are_written_as_the_python_plan_writes_them(
+        spark, tmp_path):
+    """A user's frame with a column of every type the JVM late writer takes (and nulls in
+    each): the late files' columns, types and values equal the Python plan's."""
+    from pyspark.sql import functions as F
+
+    from spark_adapter import watermark_stage
+    from spark_adapter.stage_jvm import LATE_TYPES
+
+    write_readings(tmp_path / "in", _readings(seed=26))
+    id_ = F.col("id")
+
+    def typed(frame):
+        def some(column):  # a null in every third row
+            return F.when(id_ % 3 != 0, column)
+        return frame.select(
+            "*", some((id_ % 100).cast("int")).alias("i32"),
+            some((id_ % 100).cast("smallint")).alias("i16"),
+            some((id_ % 100).cast("tinyint")).alias("i8"),
+            some(F.col("temperature").cast("float")).alias("f32"),
+            some(id_ % 2 == 0).alias("flag"), some(F.to_date("ts")).alias("day"),
+            some(F.encode(F.concat(F.lit("é"), F.col("device_id")), "UTF-8")).alias("raw"))
+
+    got = {}
+    for jvm in (True, False):
+        work = tmp_path / f"types_{int(jvm)}"
+        staged = watermark_stage(typed(readings_stream(spark, tmp_path / "in", SCHEMA)),
+                                 delay="5 seconds", time_col="ts", source_col="device_id",
+                                 state_dir=str(work / "state"), jvm=jvm)
+        run_query(staged, f"jvm_types_{int(jvm)}", work / "ck")
+        assert any(p.name == "jvm" for p in (work / "state").glob("*/goldilocks/*")) == jvm
+        got[jvm] = _late(spark, work)
+    schema, rows = got[True]
+    assert {type(f.dataType) for f in schema.fields} >= set(LATE_TYPES)  # every type, once
+    assert got[True] == got[False]
+    for name in ("i32", "i16", "i8", "f32", "flag", "day", "raw"):
+        values = [r[schema.names.index(name)] for r in rows]
+        assert None in values and any(v is not None for v in values), name
+
+
 def test_a_filter_and_a_window_downstream_close_the_same_windows(spark, tmp_path):
     """The user's filter removes most rows (Spark would push it below a plain projection)
     and a window count follows: the JVM plan's watermark still sees every on-time row and

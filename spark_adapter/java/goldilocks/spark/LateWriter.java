@@ -6,6 +6,7 @@ import java.sql.Date;
 import java.sql.Timestamp;
 import java.time.Instant;
 import java.time.LocalDate;
+import java.util.Locale;
 import java.util.UUID;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -46,6 +47,7 @@ final class LateWriter {
     private final FileSystem fs;
     private final Path file;
     private final Path tmp;
+    private final Kind[] kinds;
     private MessageType schema;
     private SimpleGroupFactory groups;
     private ParquetWriter<Group> writer;
@@ -53,6 +55,10 @@ final class LateWriter {
     LateWriter(StageConf conf, Configuration hadoop, Path dir, int partition, String run) {
         this.conf = conf;
         this.hadoop = new Configuration(hadoop); // the writer's own: Parquet may set keys
+        kinds = new Kind[conf.lateTypes.length];
+        for (int i = 0; i < kinds.length; i++) {
+            kinds[i] = Kind.of(conf.lateTypes[i]);
+        }
         fs = StageTask.fileSystem(dir, hadoop);
         try {
             if (fs.exists(dir)) {
@@ -71,53 +77,102 @@ final class LateWriter {
         tmp = new Path(dir, "." + name + "." + UUID.randomUUID() + ".tmp");
     }
 
+    /**
+     * A late column's type (by its name in {@link StageConf#lateTypes}): how Parquet declares
+     * it and how a value, as Spark gives it to a Java function, is appended.
+     */
+    private enum Kind {
+        STRING(PrimitiveTypeName.BINARY, LogicalTypeAnnotation.stringType()) {
+            @Override
+            void put(Group g, String name, Object v) {
+                g.append(name, (String) v);
+            }
+        },
+        BINARY(PrimitiveTypeName.BINARY, null) {
+            @Override
+            void put(Group g, String name, Object v) {
+                g.append(name, Binary.fromConstantByteArray((byte[]) v));
+            }
+        },
+        LONG(PrimitiveTypeName.INT64, null) {
+            @Override
+            void put(Group g, String name, Object v) {
+                g.append(name, ((Number) v).longValue());
+            }
+        },
+        INT(PrimitiveTypeName.INT32, null),
+        SHORT(PrimitiveTypeName.INT32, LogicalTypeAnnotation.intType(16, true)),
+        BYTE(PrimitiveTypeName.INT32, LogicalTypeAnnotation.intType(8, true)),
+        DOUBLE(PrimitiveTypeName.DOUBLE, null) {
+            @Override
+            void put(Group g, String name, Object v) {
+                g.append(name, ((Number) v).doubleValue());
+            }
+        },
+        FLOAT(PrimitiveTypeName.FLOAT, null) {
+            @Override
+            void put(Group g, String name, Object v) {
+                g.append(name, ((Number) v).floatValue());
+            }
+        },
+        BOOLEAN(PrimitiveTypeName.BOOLEAN, null) {
+            @Override
+            void put(Group g, String name, Object v) {
+                g.append(name, (Boolean) v);
+            }
+        },
+        TIMESTAMP(PrimitiveTypeName.INT64,
+                  LogicalTypeAnnotation.timestampType(true, LogicalTypeAnnotation.TimeUnit.MICROS)) {
+            @Override
+            void put(Group g, String name, Object v) {
+                Instant t = v instanceof Instant ? (Instant) v : ((Timestamp) v).toInstant();
+                g.append(name, Math.addExact(Math.multiplyExact(t.getEpochSecond(), 1_000_000L),
+                                             t.getNano() / 1000));
+            }
+        },
+        DATE(PrimitiveTypeName.INT32, LogicalTypeAnnotation.dateType()) {
+            @Override
+            void put(Group g, String name, Object v) {
+                g.append(name, (int) (v instanceof LocalDate ? ((LocalDate) v).toEpochDay()
+                                      : ((Date) v).toLocalDate().toEpochDay()));
+            }
+        };
+
+        private final PrimitiveTypeName primitive;
+        private final LogicalTypeAnnotation logical;
+
+        Kind(PrimitiveTypeName primitive, LogicalTypeAnnotation logical) {
+            this.primitive = primitive;
+            this.logical = logical;
+        }
+
+        /** Integers narrower than a long: Parquet's INT32. */
+        void put(Group g, String name, Object v) {
+            g.append(name, ((Number) v).intValue());
+        }
+
+        void declare(Types.MessageTypeBuilder b, String name) {
+            if (logical == null) {
+                b.optional(primitive).named(name);
+            } else {
+                b.optional(primitive).as(logical).named(name);
+            }
+        }
+
+        static Kind of(String type) {
+            try {
+                return valueOf(type.toUpperCase(Locale.ROOT));
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException("goldilocks watermark_stage: no late "
+                    + "column of type " + type, e);
+            }
+        }
+    }
+
     private MessageType schema() {
         Types.MessageTypeBuilder b = Types.buildMessage();
         for (int i = 0; i < conf.lateNames.length; i++) {
-            String name = conf.lateNames[i];
-            switch (conf.lateTypes[i]) {
-                case "string":
-                    b.optional(PrimitiveTypeName.BINARY).as(LogicalTypeAnnotation.stringType())
-                        .named(name);
-                    break;
-                case "binary":
-                    b.optional(PrimitiveTypeName.BINARY).named(name);
-                    break;
-                case "long":
-                    b.optional(PrimitiveTypeName.INT64).named(name);
-                    break;
-                case "int":
-                    b.optional(PrimitiveTypeName.INT32).named(name);
-                    break;
-                case "short":
-                    b.optional(PrimitiveTypeName.INT32).as(LogicalTypeAnnotation.intType(16, true))
-                        .named(name);
-                    break;
-                case "byte":
-                    b.optional(PrimitiveTypeName.INT32).as(LogicalTypeAnnotation.intType(8, true))
-                        .named(name);
-                    break;
-                case "double":
-                    b.optional(PrimitiveTypeName.DOUBLE).named(name);
-                    break;
-                case "float":
-                    b.optional(PrimitiveTypeName.FLOAT).named(name);
-                    break;
-                case "boolean":
-                    b.optional(PrimitiveTypeName.BOOLEAN).named(name);
-                    break;
-                case "timestamp":
-                    b.optional(PrimitiveTypeName.INT64).as(LogicalTypeAnnotation.timestampType(
-                        true, LogicalTypeAnnotation.TimeUnit.MICROS)).named(name);
-                    break;
-                case "date":
-                    b.optional(PrimitiveTypeName.INT32).as(LogicalTypeAnnotation.dateType())
-                        .named(name);
-                    break;
-                default:
-                    throw new IllegalArgumentException("goldilocks watermark_stage: no late "
-                        + "column of type " + conf.lateTypes[i]);
-            }
+            kinds[i].declare(b, conf.lateNames[i]);
         }
         return b.named("late");
     }
@@ -168,7 +223,7 @@ final class LateWriter {
             int users = conf.lateNames.length - 3;
             for (int i = 0; i < users; i++) {
                 if (!row.isNullAt(i)) {
-                    put(g, i, row.get(i));
+                    kinds[i].put(g, conf.lateNames[i], row.get(i));
                 }
             }
             if (broke != null) {
@@ -184,50 +239,6 @@ final class LateWriter {
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
-    }
-
-    private void put(Group g, int i, Object v) {
-        String name = conf.lateNames[i];
-        switch (conf.lateTypes[i]) {
-            case "string":
-                g.append(name, (String) v);
-                break;
-            case "binary":
-                g.append(name, Binary.fromConstantByteArray((byte[]) v));
-                break;
-            case "long":
-                g.append(name, ((Number) v).longValue());
-                break;
-            case "int":
-            case "short":
-            case "byte":
-                g.append(name, ((Number) v).intValue());
-                break;
-            case "double":
-                g.append(name, ((Number) v).doubleValue());
-                break;
-            case "float":
-                g.append(name, ((Number) v).floatValue());
-                break;
-            case "boolean":
-                g.append(name, (Boolean) v);
-                break;
-            case "timestamp":
-                g.append(name, micros(v));
-                break;
-            case "date":
-                g.append(name, (int) (v instanceof LocalDate ? ((LocalDate) v).toEpochDay()
-                                      : ((Date) v).toLocalDate().toEpochDay()));
-                break;
-            default:
-                throw new IllegalArgumentException(conf.lateTypes[i]);
-        }
-    }
-
-    private static long micros(Object v) {
-        Instant t = v instanceof Instant ? (Instant) v : ((Timestamp) v).toInstant();
-        return Math.addExact(Math.multiplyExact(t.getEpochSecond(), 1_000_000L),
-                             t.getNano() / 1000);
     }
 
     void close() throws IOException {
