@@ -27,15 +27,17 @@ from typing import Any, Callable
 from engine import MIN_TIME
 
 __all__ = ["stage_jar", "sources_digest", "build_stage_jar", "stage_functions",
-           "read_jvm_state", "JAR_DIGEST_ENTRY", "JVM_FORMAT"]
+           "read_jvm_state", "JAR_DIGEST_ENTRY", "JVM_FORMAT", "JVM_API"]
 
 _HERE = Path(__file__).resolve().parent
 _JAR = _HERE / "jars" / "goldilocks-spark.jar"
 _SOURCES = _HERE / "java"
 #: the jar entry that names the sources it was built from
 JAR_DIGEST_ENTRY = "goldilocks/spark/sources.sha256"
-#: the state files' format (``StageTask.FORMAT``); a jar of another format is not used
+#: the state files' format (``StageTask.FORMAT``)
 JVM_FORMAT = "goldilocks-stage-jvm-1"
+#: the functions' version (``Functions.API``); a jar of another version is not used
+JVM_API = "goldilocks-stage-functions-2"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entries' time: the same sources give the same jar
 
 
@@ -101,9 +103,9 @@ def stage_functions(spark: Any) -> tuple[Any, str | None]:
     except Exception:
         return None, ("the session was started without the stage's jar: start it with "
                       ".config('spark.jars', spark_adapter.stage_jar())")
-    if version != JVM_FORMAT:
+    if version != JVM_API:
         return None, (f"the session has another version of the stage's jar ({version}, "
-                      f"this package needs {JVM_FORMAT}): put {stage_jar()} on spark.jars")
+                      f"this package needs {JVM_API}): put {stage_jar()} on spark.jars")
     return functions, None
 
 

@@ -32,11 +32,11 @@ The plan::
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.classic.column import _to_java_column
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DateType, DoubleType,
                                FloatType, IntegerType, LongType, ShortType, StringType,
                                TimestampType)
@@ -88,9 +88,9 @@ def jvm_refusal(spec: StageSpec, df: DataFrame) -> str | None:
     return why
 
 
-def _ns_to_timestamp(value: str) -> Column:
-    """A SQL value of ns since the epoch as a timestamp (floor to µs, as the Python plan)."""
-    return F.expr(f"timestamp_micros(({value} - pmod({value}, 1000L)) div 1000L)")
+def _ns_to_timestamp(ns: Column) -> Column:
+    """A value of ns since the epoch as a timestamp (floor to µs, as the Python plan)."""
+    return F.timestamp_micros(F.call_function("div", ns - F.pmod(ns, F.lit(1000)), F.lit(1000)))
 
 
 def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame:
@@ -116,20 +116,20 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         spec.name, _absolute(state_dir), None if late_path is None else _absolute(late_path),
         policy_delay, source_delay, spec.fingerprint() + " jvm", reasons, actions,
         late_names, late_types, ROW_GROUP_BYTES)
-    tag = uuid.uuid4().hex[:12]
-    registry = spark._jsparkSession.udf()
-    called = {}
-    for role in ("decide", "judged", "broke", "keepLate"):
-        called[role] = f"_gl_{role}_{tag}"
-        registry.register(called[role], getattr(functions, role)(conf))
+    udfs = {role: getattr(functions, role)(conf)
+            for role in ("decide", "judged", "broke", "keepLate")}
+
+    def call(role: str, *args: Column) -> Column:
+        """The stage's function ``role`` of ``args`` (not registered by name: see
+        ``Functions.java`` on why the names are fixed)."""
+        return Column(functions.call(udfs[role], *(_to_java_column(a) for a in args)))
 
     source = F.col(spec.source_col).cast("string")
     time = F.col(spec.time_col)
     delay_us = -(-(policy_delay + source_delay) // 1000)  # ceil: floor of (ns - delay) / 1000
-    decided = df.select(
-        "*", F.call_function(called["decide"], source, F.unix_micros(time)).alias(CODE))
+    decided = df.select("*", call("decide", source, F.unix_micros(time)).alias(CODE))
     code = F.col(CODE)
-    judged = f"{called['judged']}({CODE})"  # SQL: evaluated only where a branch needs it
+    judged = call("judged", code)  # evaluated only where a branch needs it
     # the CTI known after a row: the one in force, or an on-time row's start less the delays
     # if that is later; the maximum over the micro-batch is the CTI at its end (the Python
     # plan's marker value, which the `cti` metric reports)
@@ -149,11 +149,11 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         spec.name, F.max(WM).alias("cti"),
         (rows if spec.keep_late else rows - late - rejected).alias("rows"),
         late.alias("late"), rejected.alias("rejected"))
-    broke = F.call_function(called["broke"], source, code)
+    broke = call("broke", source, code)
     user = [F.col(c) for c in spec.user_columns]
     if spec.keep_late:
         kept = decided.withColumn("_gl_broke", broke)  # an on-time row's: the judged CTI
-        cti = _ns_to_timestamp("_gl_broke")
+        cti = _ns_to_timestamp(F.col("_gl_broke"))
         action = F.lit(None).cast("string")
         reason = F.lit(None).cast("string")
         for c, a in _LATE_CODES.items():
@@ -162,8 +162,7 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         extra = [cti.alias(names["cti"]), action.alias(names["late_action"]),
                  reason.alias(names["late_reason"])]
     else:
-        kept = decided.where((code == 0) | F.call_function(
-            called["keepLate"], F.struct(*user), code, broke))
+        kept = decided.where((code == 0) | call("keepLate", F.struct(*user), code, broke))
         extra = [_ns_to_timestamp(judged).alias(names["cti"])]
     out = [F.col(c).alias(c, metadata=event_metadata) if c == spec.time_col else F.col(c)
            for c in spec.user_columns]

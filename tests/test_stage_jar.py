@@ -43,6 +43,9 @@ def test_the_sources_compile_into_the_same_classes(tmp_path):
         assert a.read(jvm.JAR_DIGEST_ENTRY) == b.read(jvm.JAR_DIGEST_ENTRY)
 
 
-def test_the_format_the_python_side_reads_is_the_jars():
-    source = next((Path(jvm.__file__).parent / "java").rglob("StageTask.java")).read_text()
+def test_the_format_and_the_functions_the_python_side_expects_are_the_jars():
+    java = Path(jvm.__file__).parent / "java"
+    source = next(java.rglob("StageTask.java")).read_text()
     assert f'static final String FORMAT = "{jvm.JVM_FORMAT}";' in source
+    source = next(java.rglob("Functions.java")).read_text()
+    assert f'static final String API = "{jvm.JVM_API}";' in source

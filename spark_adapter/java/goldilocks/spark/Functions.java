@@ -1,6 +1,7 @@
 package goldilocks.spark;
 
 import org.apache.spark.TaskContext;
+import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.api.java.UDF2;
@@ -118,28 +119,56 @@ public final class Functions {
         }
     }
 
+    /** The version of the functions below; the Python side checks it. (The state's format
+     *  is {@link StageTask#FORMAT}.) */
+    static final String API = "goldilocks-stage-functions-2";
+
+    // Each function carries a fixed name rather than one registered per stage: the code
+    // Spark generates for a plan names its functions, so a plan built again (a restarted
+    // query, the same stage in another query) reuses the classes compiled for it instead of
+    // compiling and warming up new ones, and two stages of one session never share a name.
+
     /** {@code decide(source string, time_us bigint) -> int}. */
     public static UserDefinedFunction decide(StageConf conf) {
-        return functions.udf(new Decide(conf), DataTypes.IntegerType).asNondeterministic();
+        return functions.udf(new Decide(conf), DataTypes.IntegerType).asNondeterministic()
+            .withName("goldilocks_decide");
     }
 
     /** {@code judged(code int) -> bigint}, deterministic (above). */
     public static UserDefinedFunction judged(StageConf conf) {
-        return functions.udf(new Judged(conf), DataTypes.LongType);
+        return functions.udf(new Judged(conf), DataTypes.LongType).withName("goldilocks_judged");
     }
 
     /** {@code broke(source string, code int) -> bigint}. */
     public static UserDefinedFunction broke(StageConf conf) {
-        return functions.udf(new Broke(conf), DataTypes.LongType).asNondeterministic();
+        return functions.udf(new Broke(conf), DataTypes.LongType).asNondeterministic()
+            .withName("goldilocks_broke");
     }
 
     /** {@code keepLate(row struct, code int, broke bigint) -> boolean}. */
     public static UserDefinedFunction keepLate(StageConf conf) {
-        return functions.udf(new KeepLate(conf), DataTypes.BooleanType).asNondeterministic();
+        return functions.udf(new KeepLate(conf), DataTypes.BooleanType).asNondeterministic()
+            .withName("goldilocks_keep_late");
     }
 
-    /** The version of the stage's state format and functions; the Python side checks it. */
+    /** {@code f(a)} as a column (Spark's {@code apply} takes Scala varargs, which the
+     *  Python side cannot pass). */
+    public static Column call(UserDefinedFunction f, Column a) {
+        return f.apply(a);
+    }
+
+    /** {@code f(a, b)} as a column. */
+    public static Column call(UserDefinedFunction f, Column a, Column b) {
+        return f.apply(a, b);
+    }
+
+    /** {@code f(a, b, c)} as a column. */
+    public static Column call(UserDefinedFunction f, Column a, Column b, Column c) {
+        return f.apply(a, b, c);
+    }
+
+    /** The version of the functions' API ({@link #API}); the Python side checks it. */
     public static String version() {
-        return StageTask.FORMAT;
+        return API;
     }
 }
