@@ -46,10 +46,14 @@ checkpoint and state each run, ``spark.sql.shuffle.partitions=2`` (one clock):
   (``groupBy(window, device_id).avg(temperature)``) that reads every column, so that native's
   JSON reader cannot prune ``device_id`` and ``temperature`` as it does for the count; the
   stage's ratio is taken against this native run
+- ``native, device parsed + window``: native's count after ``where(device_id IS NOT NULL)``
+  (no row of the input has a null device), so its reader parses ``device_id`` as every stage
+  that judges a row by its device must: the ceiling of such a stage on this input; the table
+  ends with the stage's ratio against it
 - ``read only``: the JSON parse, for scale
 
-One warm-up round, then ``--stage-rounds`` rounds, each running every contender once in a
-rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;
+One warm-up round, then ``--stage-rounds`` rounds, each running every contender (or those
+named by ``--stage-contender``, with native) once in a rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;
 the table shows their medians and the best-to-best ratio, wall seconds and the CPU seconds
 of the whole process tree (JVM and Python workers: less sensitive than wall time to other
 jobs on the machine). Before timing,
@@ -379,10 +383,12 @@ class StageBench:
         shutil.rmtree(work)
         return wall, cpu, query
 
-    def compare(self, title: str, contenders: dict, baseline: dict[str, str]) -> None:
+    def compare(self, title: str, contenders: dict, baseline: dict[str, str],
+                also: tuple[tuple[str, str], ...] = ()) -> None:
         """One warm-up round, then the rounds, each running every contender once in a
         rotated order; prints the table of medians and of ratios taken within each round
-        against ``NATIVE`` or the contender's ``baseline``."""
+        against ``NATIVE`` or the contender's ``baseline``, then a row for each
+        ``(contender, another baseline)`` of ``also`` whose two are both run."""
         names = list(contenders)
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
         for r in range(self.rounds + 1):  # round 0 warms up
@@ -397,18 +403,24 @@ class StageBench:
               f"{self.PER_BATCH} per micro-batch, {self.want_late:,} late); local[2], "
               f"{os.cpu_count()} cores; pyspark {self.spark.version}; "
               f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-        print("ratios: against native + window, or the native run of the same downstream "
-              "(per-device average); wall and CPU, medians of the per-round ratios, and best/best")
+        print("ratios: against native + window, or the native run named for the contender "
+              "(the same downstream); wall and CPU, medians of the per-round ratios, and "
+              "best/best")
         print(f"{'contender':46s} {'rounds':>6s} {'median s':>9s} {'best s':>7s} {'CPU s':>6s} "
               f"{'rows/s (median)':>16s} {'vs native: median':>18s} {'CPU':>6s} {'best':>6s}")
-        for name in names:
-            native = results[baseline.get(name, self.NATIVE)]
+        rows = [(name, baseline.get(name, self.NATIVE), name) for name in names]
+        rows += [(name, base, f"{name}, against {base}") for name, base in also
+                 if name in results and base in results]
+        for name, base, label in rows:
+            if base not in results:
+                base = name  # its baseline left out (--stage-contender): against itself
+            native = results[base]
             walls = [w for w, _ in results[name]]
             cpus = [c for _, c in results[name]]
             ratios = [nw / w for (nw, _), w in zip(native, walls)]
             cpu_ratios = [nc / c for (_, nc), c in zip(native, cpus)]
             med = statistics.median(walls)
-            print(f"{name:46s} {len(walls):6d} {med:9.2f} {min(walls):7.2f} "
+            print(f"{label:46s} {len(walls):6d} {med:9.2f} {min(walls):7.2f} "
                   f"{statistics.median(cpus):6.2f} {self.n / med:16,.0f} "
                   f"{statistics.median(ratios):17.2f}x {statistics.median(cpu_ratios):5.2f}x "
                   f"{min(w for w, _ in native) / min(walls):5.2f}x")
@@ -421,16 +433,16 @@ class StageBench:
 
 def bench_stage(spark: object, args: argparse.Namespace) -> None:
     """The stage before a window aggregation against Spark's own watermark (module doc)."""
-    from spark_adapter import watermark_stage
+    from pyspark.sql import functions as F
 
-    bench = StageBench(spark, args)
+    from spark_adapter import watermark_stage
 
     def stage(work: Path, **options):
         return watermark_stage(bench.read(), delay=STAGE_DELAY, time_col="ts",
                                source_col="device_id", state_dir=str(work / "state"), **options)
 
     contenders = {
-        bench.NATIVE: lambda work: bench.native(),
+        StageBench.NATIVE: lambda work: bench.native(),
         "stage + window": lambda work: stage_window(stage(work, jvm=True)),
         "stage, Python plan + window": lambda work: stage_window(stage(work, jvm=False)),
         "stage alone": lambda work: stage(work, jvm=True),
@@ -445,6 +457,8 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
         "stage + per-device average": lambda work: stage_average(stage(work, jvm=True)),
         "stage, Python plan + per-device average":
             lambda work: stage_average(stage(work, jvm=False)),
+        "native, device parsed + window": lambda work: stage_window(
+            bench.read().where(F.col("device_id").isNotNull()).withWatermark("ts", STAGE_DELAY)),
         "read only": lambda work: bench.read(),
     }
     #: the contender each one's ratio is taken against (default: native + window)
@@ -453,6 +467,14 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
                 "stage, Python plan + per-device average": "native + per-device average"}
     if args.skip_sequential:
         del contenders["stage, one task per clock + window"]
+    if args.stage_contender:
+        unknown = sorted(set(args.stage_contender) - set(contenders))
+        if unknown:
+            raise SystemExit(f"--stage-contender: no contender {unknown}; the contenders: "
+                             + "; ".join(contenders))
+        contenders = {name: build for name, build in contenders.items()
+                      if name in args.stage_contender or name == StageBench.NATIVE}
+    bench = StageBench(spark, args)  # the input, once the contenders are known
 
     # checked before timing: both plans' late count is the documented semantics' count
     for jvm in (True, False):
@@ -461,7 +483,8 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
                    if "goldilocks" in p.get("observedMetrics", {}))
         assert late == bench.want_late, (jvm, late, bench.want_late)
 
-    bench.compare("Watermarking stage", contenders, baseline)
+    bench.compare("Watermarking stage", contenders, baseline,
+                  also=(("stage + window", "native, device parsed + window"),))
     bench.close()
 
 
@@ -569,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage-rounds", type=int, default=5)
     parser.add_argument("--skip-sequential", action="store_true",
                         help="leave out the stage's one-task-per-clock plan")
+    parser.add_argument("--stage-contender", action="append", metavar="NAME",
+                        help="run only this stage contender (and native); repeatable")
     parser.add_argument("--window-rows", type=int, default=1_000_000)
     parser.add_argument("--window-rounds", type=int, default=3)
     args = parser.parse_args(argv)
