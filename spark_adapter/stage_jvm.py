@@ -10,9 +10,11 @@ The plan::
 
     input ─▶ project(…, code = decide(source, unix_micros(time)))
           ─▶ project(_gl_wm = the CTI known after the row: judged(code), or for an on-time
-                     row the later of that and time − (source delay + delay))
+                     row the later of that and time − (source delay + delay),
+                     _gl_kept = code = 0 OR keepLate(struct(user columns), code,
+                                                     broke(source, code)))
           ─▶ withWatermark(_gl_wm, 1 ms) ─▶ observe(name, cti, rows, late, rejected)
-          ─▶ where(code = 0 OR keepLate(struct(user columns), code, broke(source, code)))
+          ─▶ where(_gl_kept)
           ─▶ select(user columns, cti = judged(code))    (the time column marked for windows)
 
 - ``decide`` judges a row against the state at the start of the micro-batch, exactly as the
@@ -24,7 +26,9 @@ The plan::
   micro-batch, as the Python plan's marker rows make them.
 - Late and rejected rows are written by the deciding task to ``late_path`` as Parquet, in the
   Python plan's layout and columns (``LateWriter.java``), or kept in the stream with
-  ``late_action`` and ``late_reason`` (``keep_late=True``).
+  ``late_action`` and ``late_reason`` (``keep_late=True``, without ``_gl_kept``). Written
+  before the watermark, where every column is at hand, so that the rows after it carry
+  only the columns the user's query reads (Spark prunes the others there).
 - ``observe`` stands between the watermark and whatever the user does next: Spark pushes no
   filter through it, so every row reaches the decision and the watermark.
 """
@@ -48,8 +52,10 @@ from spark_adapter.stage_spec import (ACTIONS, DROPPED, MERGED_CTI, NULL_SOURCE,
 
 __all__ = ["jvm_refusal", "jvm_stage", "CODE", "LATE_TYPES", "ROW_GROUP_BYTES"]
 
-#: the JVM plan's internal column: the row's reason code (0: on time)
+#: the JVM plan's internal columns: the row's reason code (0: on time), and whether it stays
+#: in the stream (with ``late_path``: on time)
 CODE = "_gl_code"
+KEPT = "_gl_kept"
 #: the late writer's row group: its memory per task (Parquet buffers one row group)
 ROW_GROUP_BYTES = 4 << 20
 #: the column types the JVM late writer writes, by their name in ``LateWriter.java``
@@ -138,6 +144,11 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         WM, F.when(code == 0, F.greatest(
             F.timestamp_micros(F.unix_micros(time) - F.lit(delay_us)), in_force))
         .otherwise(in_force))
+    user = [F.col(c) for c in spec.user_columns]
+    if not spec.keep_late:
+        # a late row is written here, where every column is at hand (module docstring)
+        decided = decided.withColumn(KEPT, (code == 0) | call(
+            "keepLate", F.struct(*user), code, call("broke", source, code)))
     # one sum counts both kinds of late row: late ones in the low 32 bits, rejected above
     packed = F.coalesce(F.sum(F.when(code.isin(SOURCE_CTI, MERGED_CTI), F.lit(1))
                               .when(code != 0, F.lit(1 << 32)).otherwise(F.lit(0))),
@@ -149,10 +160,9 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         spec.name, F.max(WM).alias("cti"),
         (rows if spec.keep_late else rows - late - rejected).alias("rows"),
         late.alias("late"), rejected.alias("rejected"))
-    broke = call("broke", source, code)
-    user = [F.col(c) for c in spec.user_columns]
     if spec.keep_late:
-        kept = decided.withColumn("_gl_broke", broke)  # an on-time row's: the judged CTI
+        # an on-time row's: the judged CTI
+        kept = decided.withColumn("_gl_broke", call("broke", source, code))
         cti = _ns_to_timestamp(F.col("_gl_broke"))
         action = F.lit(None).cast("string")
         reason = F.lit(None).cast("string")
@@ -162,7 +172,7 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         extra = [cti.alias(names["cti"]), action.alias(names["late_action"]),
                  reason.alias(names["late_reason"])]
     else:
-        kept = decided.where((code == 0) | call("keepLate", F.struct(*user), code, broke))
+        kept = decided.where(F.col(KEPT))
         extra = [_ns_to_timestamp(judged).alias(names["cti"])]
     out = [F.col(c).alias(c, metadata=event_metadata) if c == spec.time_col else F.col(c)
            for c in spec.user_columns]
