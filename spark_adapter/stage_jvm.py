@@ -40,7 +40,6 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.classic.column import _to_java_column
 from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DateType, DoubleType,
                                FloatType, IntegerType, LongType, ShortType, StringType,
                                TimestampType)
@@ -122,6 +121,8 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         spec.name, _absolute(state_dir), None if late_path is None else _absolute(late_path),
         policy_delay, source_delay, spec.fingerprint() + " jvm", reasons, actions,
         late_names, late_types, ROW_GROUP_BYTES)
+    from pyspark.sql.classic.column import _to_java_column  # a session with a JVM: classic
+
     udfs = {role: getattr(functions, role)(conf)
             for role in ("decide", "judged", "broke", "keepLate")}
 
