@@ -121,7 +121,9 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         spec.name, _absolute(state_dir), None if late_path is None else _absolute(late_path),
         policy_delay, source_delay, spec.fingerprint() + " jvm", reasons, actions,
         late_names, late_types, ROW_GROUP_BYTES)
-    from pyspark.sql.classic.column import _to_java_column  # a session with a JVM: classic
+    # a session with a JVM is a classic one: its columns wrap JVM columns
+    from pyspark.sql.classic.column import Column as JvmColumn
+    from pyspark.sql.classic.column import _to_java_column
 
     udfs = {role: getattr(functions, role)(conf)
             for role in ("decide", "judged", "broke", "keepLate")}
@@ -129,7 +131,7 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
     def call(role: str, *args: Column) -> Column:
         """The stage's function ``role`` of ``args`` (not registered by name: see
         ``Functions.java`` on why the names are fixed)."""
-        return Column(functions.call(udfs[role], *(_to_java_column(a) for a in args)))
+        return JvmColumn(functions.call(udfs[role], *(_to_java_column(a) for a in args)))
 
     source = F.col(spec.source_col).cast("string")
     time = F.col(spec.time_col)

@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.DataTypes;
  * <ul>
  *   <li>{@code decide(source, time_us)}: the row's reason code, 0 when on time;</li>
  *   <li>{@code judged(code)}: the CTI, in ns, rows of this micro-batch are judged against
- *       (null before the first). The same for every row of a task, so it is registered
+ *       (null before the first). The same for every row of a task, so it is declared
  *       deterministic: Spark may drop it when nothing downstream reads it. Its argument
  *       (the row's code) only ties it to a row, so that it is never folded on the driver;</li>
  *   <li>{@code broke(source, code)}: the CTI, in ns, a late row broke (null for a rejected
@@ -123,10 +123,13 @@ public final class Functions {
      *  is {@link StageTask#FORMAT}.) */
     static final String API = "goldilocks-stage-functions-2";
 
-    // Each function carries a fixed name rather than one registered per stage: the code
-    // Spark generates for a plan names its functions, so a plan built again (a restarted
-    // query, the same stage in another query) reuses the classes compiled for it instead of
-    // compiling and warming up new ones, and two stages of one session never share a name.
+    // Each function carries a fixed name and is applied as a column, not registered in the
+    // session. The code Spark generates for a plan names the functions it calls (in its error
+    // path), so a plan built again (a restarted query, the same stage in another query)
+    // reuses the classes compiled for it instead of compiling and warming up new ones; the
+    // function object, with its StageConf, is passed to that code as a reference, not
+    // written into it, so two stages with other options share the classes safely; and with
+    // nothing registered, no stage can resolve another's function by name.
 
     /** {@code decide(source string, time_us bigint) -> int}. */
     public static UserDefinedFunction decide(StageConf conf) {

@@ -54,7 +54,7 @@ final class LateWriter {
 
     LateWriter(StageConf conf, Configuration hadoop, Path dir, int partition, String run) {
         this.conf = conf;
-        this.hadoop = new Configuration(hadoop); // the writer's own: Parquet may set keys
+        this.hadoop = hadoop;
         kinds = new Kind[conf.lateTypes.length];
         for (int i = 0; i < kinds.length; i++) {
             kinds[i] = Kind.of(conf.lateTypes[i]);
@@ -121,8 +121,8 @@ final class LateWriter {
                 g.append(name, (Boolean) v);
             }
         },
-        TIMESTAMP(PrimitiveTypeName.INT64,
-                  LogicalTypeAnnotation.timestampType(true, LogicalTypeAnnotation.TimeUnit.MICROS)) {
+        TIMESTAMP(PrimitiveTypeName.INT64, LogicalTypeAnnotation.timestampType(
+                      true, LogicalTypeAnnotation.TimeUnit.MICROS)) {
             @Override
             void put(Group g, String name, Object v) {
                 Instant t = v instanceof Instant ? (Instant) v : ((Timestamp) v).toInstant();
@@ -213,7 +213,9 @@ final class LateWriter {
             if (writer == null) {
                 schema = schema();
                 groups = new SimpleGroupFactory(schema);
-                writer = ExampleParquetWriter.builder(output()).withConf(hadoop).withType(schema)
+                // a copy: the shared configuration is read-only, and Parquet may set keys
+                writer = ExampleParquetWriter.builder(output()).withConf(new Configuration(hadoop))
+                    .withType(schema)
                     .withWriteMode(ParquetFileWriter.Mode.OVERWRITE)
                     .withCompressionCodec(CompressionCodecName.SNAPPY)
                     .withRowGroupSize((long) conf.rowGroupBytes)

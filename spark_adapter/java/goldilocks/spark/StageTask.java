@@ -5,6 +5,7 @@ import java.io.DataOutputStream;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.lang.ref.WeakReference;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -161,14 +162,17 @@ final class StageTask {
     static Configuration hadoop() {
         SparkEnv env = SparkEnv.get();
         Hadoop h = shared;
-        if (h == null || h.env() != env) {
-            h = new Hadoop(env, SparkHadoopUtil.get().newConfiguration(env.conf()));
+        if (h == null || h.env().get() != env) {
+            h = new Hadoop(new WeakReference<>(env),
+                           SparkHadoopUtil.get().newConfiguration(env.conf()));
             shared = h;
         }
         return h.conf();
     }
 
-    private record Hadoop(SparkEnv env, Configuration conf) {
+    /** A configuration and the environment it was built for, held weakly: a stopped
+     *  session's environment is not kept alive by it. */
+    private record Hadoop(WeakReference<SparkEnv> env, Configuration conf) {
     }
 
     private static volatile Hadoop shared;
