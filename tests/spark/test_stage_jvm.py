@@ -42,14 +42,17 @@ def _readings(seed: int) -> list[list[Row]]:
     return batches
 
 
-def _run(spark, tmp: Path, name: str, jvm: bool, *, downstream=None, **options):
+def _run(spark, tmp: Path, name: str, jvm: bool, *, upstream=None, downstream=None,
+         **options):
     from spark_adapter import watermark_stage
 
     work = tmp / name
     options = {"delay": "5 seconds", **options}
-    staged = watermark_stage(readings_stream(spark, tmp / "in", SCHEMA), time_col="ts",
-                             source_col="device_id", state_dir=str(work / "state"), jvm=jvm,
-                             **options)
+    frame = readings_stream(spark, tmp / "in", SCHEMA)
+    if upstream is not None:
+        frame = upstream(frame)
+    staged = watermark_stage(frame, time_col="ts", source_col="device_id",
+                             state_dir=str(work / "state"), jvm=jvm, **options)
     if downstream is not None:
         staged = downstream(staged)
     query = run_query(staged, name, work / "ck")
@@ -150,7 +153,6 @@ def test_late_rows_of_every_flat_column_type_are_written_as_the_python_plan_writ
     each): the late files' columns, types and values equal the Python plan's."""
     from pyspark.sql import functions as F
 
-    from spark_adapter import watermark_stage
     from spark_adapter.stage_jvm import LATE_TYPES
 
     write_readings(tmp_path / "in", _readings(seed=26))
@@ -169,15 +171,10 @@ def test_late_rows_of_every_flat_column_type_are_written_as_the_python_plan_writ
 
     got = {}
     for jvm in (True, False):
-        work = tmp_path / f"types_{int(jvm)}"
-        staged = watermark_stage(typed(readings_stream(spark, tmp_path / "in", SCHEMA)),
-                                 delay="5 seconds", time_col="ts", source_col="device_id",
-                                 state_dir=str(work / "state"), jvm=jvm)
-        run_query(staged, f"jvm_types_{int(jvm)}", work / "ck")
-        assert any(p.name == "jvm" for p in (work / "state").glob("*/goldilocks/*")) == jvm
+        work, _ = _run(spark, tmp_path, f"jvm_types_{int(jvm)}", jvm, upstream=typed)
         got[jvm] = _late(spark, work)
     schema, rows = got[True]
-    assert {type(f.dataType) for f in schema.fields} >= set(LATE_TYPES)  # every type, once
+    assert {type(f.dataType) for f in schema.fields} >= set(LATE_TYPES)  # each type at least once
     assert got[True] == got[False]
     for name in ("i32", "i16", "i8", "f32", "flag", "day", "raw"):
         values = [r[schema.names.index(name)] for r in rows]
@@ -200,10 +197,12 @@ def test_a_filter_and_a_window_downstream_close_the_same_windows(spark, tmp_path
     got = {}
     for jvm in (True, False):
         name = f"jvm_win_{int(jvm)}"
-        _, query = _run(spark, tmp_path, name, jvm, downstream=windows)
-        got[jvm] = (_table(spark, name, "start"), [m for m, _ in _progress(query)])
+        work, query = _run(spark, tmp_path, name, jvm, downstream=windows)
+        got[jvm] = (_table(spark, name, "start"), [m for m, _ in _progress(query)],
+                    _late(spark, work))  # late rows whole, though the query reads two columns
     assert got[True] == got[False]
     assert len(got[True][0][1]) >= 3, "windows closed"
+    assert got[True][2][1], "late rows written"
 
 
 def test_read_stage_state_shows_the_jvm_plans_clock(spark, tmp_path):
