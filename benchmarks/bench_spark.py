@@ -53,7 +53,8 @@ checkpoint and state each run, ``spark.sql.shuffle.partitions=2`` (one clock):
 - ``read only``: the JSON parse, for scale
 
 One warm-up round, then ``--stage-rounds`` rounds, each running every contender (or those
-named by ``--stage-contender``, with native) once in a rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;
+named by ``--stage-contender``, with the native runs they are compared with) once in a
+rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;
 the table shows their medians and the best-to-best ratio, wall seconds and the CPU seconds
 of the whole process tree (JVM and Python workers: less sensitive than wall time to other
 jobs on the machine). Before timing,
@@ -406,21 +407,20 @@ class StageBench:
         print("ratios: against native + window, or the native run named for the contender "
               "(the same downstream); wall and CPU, medians of the per-round ratios, and "
               "best/best")
-        print(f"{'contender':46s} {'rounds':>6s} {'median s':>9s} {'best s':>7s} {'CPU s':>6s} "
-              f"{'rows/s (median)':>16s} {'vs native: median':>18s} {'CPU':>6s} {'best':>6s}")
         rows = [(name, baseline.get(name, self.NATIVE), name) for name in names]
         rows += [(name, base, f"{name}, against {base}") for name, base in also
                  if name in results and base in results]
+        width = max(len(label) for _, _, label in rows)
+        print(f"{'contender':{width}s} {'rounds':>6s} {'median s':>9s} {'best s':>7s} "
+              f"{'CPU s':>6s} {'rows/s (median)':>16s} {'vs native: median':>18s} {'CPU':>6s} {'best':>6s}")
         for name, base, label in rows:
-            if base not in results:
-                base = name  # its baseline left out (--stage-contender): against itself
             native = results[base]
             walls = [w for w, _ in results[name]]
             cpus = [c for _, c in results[name]]
             ratios = [nw / w for (nw, _), w in zip(native, walls)]
             cpu_ratios = [nc / c for (_, nc), c in zip(native, cpus)]
             med = statistics.median(walls)
-            print(f"{label:46s} {len(walls):6d} {med:9.2f} {min(walls):7.2f} "
+            print(f"{label:{width}s} {len(walls):6d} {med:9.2f} {min(walls):7.2f} "
                   f"{statistics.median(cpus):6.2f} {self.n / med:16,.0f} "
                   f"{statistics.median(ratios):17.2f}x {statistics.median(cpu_ratios):5.2f}x "
                   f"{min(w for w, _ in native) / min(walls):5.2f}x")
@@ -472,8 +472,9 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
         if unknown:
             raise SystemExit(f"--stage-contender: no contender {unknown}; the contenders: "
                              + "; ".join(contenders))
-        contenders = {name: build for name, build in contenders.items()
-                      if name in args.stage_contender or name == StageBench.NATIVE}
+        chosen = set(args.stage_contender) | {StageBench.NATIVE}
+        chosen |= {baseline[name] for name in chosen if name in baseline}  # their natives
+        contenders = {name: build for name, build in contenders.items() if name in chosen}
     bench = StageBench(spark, args)  # the input, once the contenders are known
 
     # checked before timing: both plans' late count is the documented semantics' count
