@@ -412,7 +412,8 @@ class StageBench:
                  if name in results and base in results]
         width = max(len(label) for _, _, label in rows)
         print(f"{'contender':{width}s} {'rounds':>6s} {'median s':>9s} {'best s':>7s} "
-              f"{'CPU s':>6s} {'rows/s (median)':>16s} {'vs native: median':>18s} {'CPU':>6s} {'best':>6s}")
+              f"{'CPU s':>6s} {'rows/s (median)':>16s} {'vs native: median':>18s} "
+              f"{'CPU':>6s} {'best':>6s}")
         for name, base, label in rows:
             native = results[base]
             walls = [w for w, _ in results[name]]
@@ -594,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-sequential", action="store_true",
                         help="leave out the stage's one-task-per-clock plan")
     parser.add_argument("--stage-contender", action="append", metavar="NAME",
-                        help="run only this stage contender (and native); repeatable")
+                        help="run only this stage contender (and the native runs it is "
+                             "compared with); repeatable")
     parser.add_argument("--window-rows", type=int, default=1_000_000)
     parser.add_argument("--window-rounds", type=int, default=3)
     args = parser.parse_args(argv)

@@ -164,7 +164,8 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
         (rows if spec.keep_late else rows - late - rejected).alias("rows"),
         late.alias("late"), rejected.alias("rejected"))
     if spec.keep_late:
-        # an on-time row's: the judged CTI
+        # an on-time row's: the judged CTI. A column, since the conversion below reads it
+        # twice and Spark evaluates a nondeterministic function at every use
         kept = decided.withColumn("_gl_broke", call("broke", source, code))
         cti = _ns_to_timestamp(F.col("_gl_broke"))
         action = F.lit(None).cast("string")
