@@ -91,7 +91,16 @@ class Event:
     # -- constructors that validate and convert at the edge -------------------------------
     @classmethod
     def point(cls, t: object, payload: Any = None, source: str | None = None) -> Event:
-        """A point event at ``t`` (lifetime one tick)."""
+        """A point event at ``t`` (lifetime one tick).
+
+        ``t`` is an instant: an aware ``datetime`` (pendulum's too), ISO-8601 text with an
+        offset (``"2026-11-22T08:00:00Z"``), or an ``int`` of **nanoseconds** since the
+        epoch — ``time.time_ns()``, not ``time.time()``: ``Event.point(1795334400)`` is 1.8 s
+        after the epoch, in January 1970. (Where integer times enter from outside — a log,
+        the wire — one that looks like epoch seconds, milliseconds or microseconds is refused,
+        TS §1.6; in Python an ``int`` is nanoseconds, as everywhere inside the engine.)
+        The same holds for every constructor here.
+        """
         start = to_ns(t, what="point event time")
         if start >= MAX_TIME:  # TS §1.3: one tick of lifetime must fit
             raise InputError(f"point event at {t!r}: the latest instant leaves no room for a "

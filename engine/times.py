@@ -145,7 +145,8 @@ def _datetime_to_ns(value: _dt.datetime, what: str) -> int:
 
 
 def to_ns(value: object, *, what: str = "time") -> int:
-    """Convert an instant to nanoseconds since the epoch (UTC).
+    """Convert an instant to nanoseconds since the epoch (UTC). An ``int`` is nanoseconds
+    already (TS §1.1); a float is refused (``time.time()`` gives seconds).
 
     ``what`` names the value in the error message (``"start of event 12"``, ``"--until"``).
     Sub-microsecond digits of an ISO string are kept (``"...T00:00:00.000000001Z"``).
@@ -160,6 +161,11 @@ def to_ns(value: object, *, what: str = "time") -> int:
         return _datetime_to_ns(value, what)
     if isinstance(value, str):
         return _parse_instant(value, what)
+    if isinstance(value, float):  # time.time() most likely: seconds
+        raise TimeFormatError(
+            f"{what}: {value!r} is a float; an instant is int nanoseconds since the epoch "
+            "(time.time_ns(), not time.time()), an aware datetime (for seconds: "
+            "datetime.fromtimestamp(t, timezone.utc)) or an ISO-8601 string with an offset")
     raise TimeFormatError(
         f"{what}: {value!r} of type {type(value).__name__} is not an instant; expected int "
         "nanoseconds since the epoch, an aware datetime or an ISO-8601 string with an offset"

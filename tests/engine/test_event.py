@@ -119,3 +119,11 @@ def test_events_and_late_records_pickle(e):
     assert pickle.loads(pickle.dumps(e)) == e
     r = LateRecord(e.source, e, 0, DROPPED)
     assert pickle.loads(pickle.dumps(r)) == r
+
+
+def test_an_int_instant_is_nanoseconds_as_the_docstring_says():
+    # TS §1.1: in Python an int instant is nanoseconds since the epoch; the docstring says so
+    assert "nanoseconds" in Event.point.__doc__ and "time.time_ns()" in Event.point.__doc__
+    assert Event.point(1_795_334_400).start == 1_795_334_400  # 1.8 s after the epoch
+    assert Event.point(1_795_334_400 * 10**9).start == \
+        Event.point("2026-11-22T08:00:00Z").start
