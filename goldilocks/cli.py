@@ -195,10 +195,11 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("logs", nargs="+", metavar="LOG",
                    help="event-log files, merged by arrival (or by time: --merge time)")
-    p.add_argument("--merge", choices=("arrival", "time"), default="arrival",
-                   help="arrival (default): by the logs' arrival order; time: the next record "
-                        "from the log furthest behind in time (per-device logs without "
-                        "seq/arrival)")
+    p.add_argument("--merge", choices=("auto", "arrival", "time"), default="auto",
+                   help="how several logs are merged: arrival: by their seq/arrival order "
+                        "keys; time: the next record from the log furthest behind in time; "
+                        "auto (default): time when no log carries seq or arrival (one log "
+                        "per device), else arrival. The summary says which ran")
     p.add_argument("--delay", default=None, type=duration, metavar="D",
                    help="CTI delay, with its unit: 5m, 90s, 1h30m, 250ms, 300ns, PT5M, "
                         "'5 minutes' (default: 5m for goldilocks, 0 otherwise)")
@@ -315,7 +316,8 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
                            key=args.key, delay=args.delay, policy=args.policy,
                            on_late=args.on_late, out=out, late=args.late, bad_records=mode,
                            time_unit=args.time_unit, time_format=args.time_format,
-                           clock=args.clock, idle_after=args.idle_after, **checkpointing)
+                           clock=args.clock, idle_after=args.idle_after, merge=args.merge,
+                           **checkpointing)
     if not args.no_summary:
         from engine.times import format_duration_ns
         print(f"windows of {format_duration_ns(stats.size)}"
@@ -397,12 +399,58 @@ def _run_replay(args: argparse.Namespace) -> int:
     finally:
         if plot_out is not None and not ok:
             plot_out.discard()
+    if args.merge == "time" and len(stats.files) == 1:
+        print(f"goldilocks replay: note: --merge time with one log changes nothing: its "
+              f"records are replayed in the file's order", file=sys.stderr)
     if not args.no_summary:
-        print_summary(stats)
+        print_summary(stats, late=args.late)
     return 0
 
 
-def print_summary(stats, file=None) -> None:
+#: the share of inserts late above which the summary says how the logs were merged
+MOSTLY_LATE = 0.5
+
+
+def _notes(stats: Any, late: Any) -> list[str]:
+    """The lines under the summary table: the files, how they were merged, where the late
+    records went, and a hint when most inserts came out late."""
+    notes = []
+    files = stats.files
+    shown = [f"{f.path} ({f.records} records" + (", empty" if not f.records and not f.skipped
+                                                 else "")
+             + (f", {f.skipped} bad" if f.skipped else "") + ")" for f in files[:8]]
+    more = f" and {len(files) - 8} more" if len(files) > 8 else ""
+    notes.append(f"{len(files)} log{'s' if len(files) != 1 else ''}: {', '.join(shown)}{more}")
+    positions = all(f.order in ("position", None) for f in files)
+    if stats.merge == "time":
+        why = (" (no log carries seq or arrival: each is taken as one device's log; "
+               "--merge arrival reads them by position)" if stats.merge_asked == "auto" else "")
+        notes.append(f"merged by time{why}")
+    elif stats.merge == "arrival" and len(files) > 1:
+        notes.append("merged by position (no log carries seq or arrival)" if positions
+                     else "merged by the logs' arrival order (seq/arrival)")
+    inserts = stats.inserts
+    if inserts and stats.late > MOSTLY_LATE * inserts:
+        share = f"most inserts were late ({stats.late} of {inserts})"
+        if stats.merge == "arrival" and positions:
+            notes.append(f"{share}: the logs were read round-robin by position; if each is "
+                         "one device's log, --merge time merges them by time")
+        elif stats.merge == "file" and positions:
+            notes.append(f"{share}: the records were replayed in the file's order; if it "
+                         "joins several devices' logs one after another, replay them as "
+                         "separate files (merged by time)")
+        else:
+            notes.append(f"{share}: a longer --delay tolerates more skew")
+    if stats.late:
+        if late is None:
+            notes.append(f"the {stats.late} late inserts were counted, not kept: "
+                         "--late FILE keeps them")
+        elif isinstance(late, str) and late != "-":
+            notes.append(f"the {stats.late} late inserts are in {late}")
+    return notes
+
+
+def print_summary(stats, file=None, *, late: Any = None) -> None:
     """The per-input summary table (rich) on stderr.
 
     One row per input and a total row that is the sum of the rows: ``records`` counts every
@@ -429,9 +477,9 @@ def print_summary(stats, file=None) -> None:
             return "+inf" if t > 0 else "-inf"
         return format_rfc3339(t, digits)
 
-    table = Table(title=f"replay: {stats.policy}, delay {format_duration_ns(stats.delay)}, "
-                        f"on late {stats.on_late} ({stats.path} path)",
-                  title_justify="left")
+    title = (f"replay: {stats.policy}, delay {format_duration_ns(stats.delay)}, "
+             f"on late {stats.on_late} ({stats.path} path)")
+    table = Table()
     columns = ("input", "records", "CTIs", "late", "adjusted", "emitted", "CTIs out",
                "last CTI in", "last CTI out")
     for col in columns:
@@ -447,7 +495,10 @@ def print_summary(stats, file=None) -> None:
                   str(stats.ctis_emitted), "", when(stats.final_cti), style="bold")
     out = file or sys.stderr
     console = Console(file=out, width=None if out.isatty() else 160)
+    console.print(title, highlight=False)  # its own line: not padded to the table's width
     console.print(table)
+    for note in _notes(stats, late):
+        console.print(note, highlight=False, soft_wrap=True)
     extra = []
     if stats.skipped:
         extra.append(f"{stats.skipped} bad records skipped")

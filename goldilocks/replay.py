@@ -155,12 +155,15 @@ class InputStats:
 
 @dataclass(frozen=True, slots=True)
 class FileStats:
-    """One log file: its format, the records read from it, the bad records skipped."""
+    """One log file: its format, the records read from it, the bad records skipped, and its
+    order key (``"arrival"``, ``"seq"``, ``"position"`` when it has neither; ``None``: no
+    record was read, or not known after a resumed run)."""
 
     path: str
     format: str
     records: int
     skipped: int
+    order: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,16 @@ class ReplayStats:
     plot: PlotData | None = field(default=None, compare=False, repr=False)
     #: the edges' accounting (TS §7.5, §7.6): open at the end, unmatched, moved, ...
     edges: EdgeStats | None = None
+    #: how the logs were merged: ``"arrival"`` (their order keys, TS §5.2), ``"time"``
+    #: (TS §5.8), or ``"file"`` (one log, read in its own order)
+    merge: str = field(default="arrival", compare=False)
+    #: the ``merge`` asked for (``"auto"`` chose ``merge``)
+    merge_asked: str = field(default="auto", compare=False)
+
+    @property
+    def inserts(self) -> int:
+        """The inserts (and edges) read, over every input."""
+        return sum(s.inserts for s in self.inputs)
 
     @property
     def events_per_second(self) -> float:
@@ -300,7 +313,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
            bad_records: str = "fail", quarantine: str | os.PathLike | BinaryIO | None = None,
            clock: Clock | None = None, progress: bool = False, plot: bool = False,
            columnar: bool | None = None, time_unit: str | None = None,
-           time_format: str = "ns", merge: str = "arrival",
+           time_format: str = "ns", merge: str = "auto",
            checkpoint: str | os.PathLike | None = None, checkpoint_every: int = DEFAULT_EVERY,
            on_checkpoint: Callable[[bytes], None] | None = None) -> ReplayStats:
     """Replay event logs through a policy; write the output and late records; return stats.
@@ -320,9 +333,11 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     ``"ns"``; ``None`` takes nanoseconds and refuses integers implausible as such
     (``docs/event-log.md``). ``time_format``: ``"ns"`` writes integer nanoseconds (the
     canonical log), ``"iso"`` RFC 3339 UTC text; either replays back to the same events.
-    ``merge``: ``"arrival"`` (the default: the logs' order keys, TS §5.2) or ``"time"``: the
-    next record comes from the log furthest behind in time (TS §5.8), for per-device logs
-    recorded without ``seq``/``arrival``.
+    ``merge``: ``"arrival"``: the logs' order keys (TS §5.2); ``"time"``: the next record
+    comes from the log furthest behind in time (TS §5.8), for per-device logs recorded
+    without ``seq``/``arrival``; ``"auto"`` (the default): ``"time"`` when there are several
+    logs and none carries ``seq`` or ``arrival`` (their positions say nothing about one
+    another), else ``"arrival"``. ``ReplayStats.merge`` says which ran.
 
     ``checkpoint``: a file that makes the replay resumable (TS §8.3,
     ``goldilocks.resume``): every ``checkpoint_every`` records the outputs (files, or
@@ -385,7 +400,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
         if ck.complete is not None:  # a run that completed but did not finish: finish it
             ck.finish_complete()
             return _stats(ck.complete, path_list, ck.skipped, pol, columnar, bad_records,
-                          began)
+                          began, merge=_merged([], merge, path_list), merge_asked=merge)
         quarantine_out = Output(None)
         out_sink, late_sink = ck.sinks()
     else:
@@ -394,13 +409,15 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     bad = BadRecords(bad_records, quarantine_out.file)
     iso = time_format == "iso"
     modes: list[Any] = []
+    chosen: list[str] = []
     chunks = None
     bar = None
     ok = False
     try:
         bar = _Progress(path_list, progress)
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
-                                     modes=modes, time_unit=time_unit, merge=merge))
+                                     modes=modes, time_unit=time_unit, merge=merge,
+                                     chosen=chosen))
         stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
         resume, after = (None, None) if ck is None else (ck.resume, ck.after)
         if columnar:
@@ -430,14 +447,24 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
             raise failed
     if ck is not None:
         ck.remove()  # TS §8.3: the outputs are in place; nothing is left to resume
-    return _stats(tally, path_list, bad.skipped, pol, columnar, bad.mode, began)
+    return _stats(tally, path_list, bad.skipped, pol, columnar, bad.mode, began,
+                  merge=_merged(chosen, merge, path_list),
+                  orders=[m.mode for m in modes], merge_asked=merge)
+
+
+def _merged(chosen: list[str], merge: str, path_list: list[str]) -> str:
+    """The merge that ran (``merge_columns`` says it), or the one asked for."""
+    if chosen:
+        return chosen[0]
+    return "file" if len(path_list) == 1 else ("arrival" if merge == "auto" else merge)
 
 
 def _stats(tally: Tally, path_list: list[str], skipped_by: dict[str, int], pol: Policy,
-           columnar: bool, mode: str, began: float) -> ReplayStats:
+           columnar: bool, mode: str, began: float, *, merge: str = "arrival",
+           orders: Sequence[str | None] = (), merge_asked: str = "auto") -> ReplayStats:
     files = tuple(
         FileStats(p, os.path.splitext(p)[1].lstrip(".").lower(), tally.per_file.get(i, 0),
-                  skipped_by.get(p, 0))
+                  skipped_by.get(p, 0), orders[i] if i < len(orders) else None)
         for i, p in enumerate(path_list))
     skipped = sum(skipped_by.values())
     return ReplayStats(
@@ -448,7 +475,7 @@ def _stats(tally: Tally, path_list: list[str], skipped_by: dict[str, int], pol: 
         quarantined=skipped if mode == "quarantine" else 0, final_cti=tally.final,
         seconds=time.perf_counter() - began,
         plot=None if tally.plot is None else PlotData(tuple(tally.names), *tally.plot),
-        edges=tally.edges)
+        edges=tally.edges, merge=merge, merge_asked=merge_asked)
 
 
 def _inputs(t: Tally) -> tuple[InputStats, ...]:

@@ -271,7 +271,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
                    checkpoint: str | os.PathLike | None = None,
                    checkpoint_every: int = DEFAULT_EVERY,
                    on_checkpoint: Callable[[bytes], None] | None = None,
-                   ) -> WindowReplayStats:
+                   merge: str = "auto") -> WindowReplayStats:
     """Replay logs through ``policy`` and write one row per window closed by its CTIs.
 
     ``window``: the window size (a duration, ``engine.times.DurationLike``: ``"1m"``);
@@ -285,8 +285,9 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     gets the inserts that found their window closed; ``idle_after`` evicts idle inputs, TS
     §6.4, on the element path). ``checkpoint``, ``checkpoint_every``, ``on_checkpoint``: a
     resumable run, as ``goldilocks.replay.replay``'s (TS §8.3; the windows' state is in the
-    checkpoint). Other options as ``goldilocks.replay.replay``. Memory: one chunk per file
-    plus the open windows (at most ``max_open``).
+    checkpoint). ``merge``: how several logs are merged, as ``goldilocks.replay.replay``'s
+    (``"auto"``, ``"arrival"``, ``"time"``). Other options as ``goldilocks.replay.replay``.
+    Memory: one chunk per file plus the open windows (at most ``max_open``).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -340,6 +341,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
              "aggregates": [f.label for f in folds], "key": key, "clock": clock,
              "idle_after": (None if idle_after is None
                             else to_duration_ns(idle_after, what="idle_after")),
+             "merge": merge,
              "max_open": max_open, "path": path},
             {"out": out, "late": late}, table.names, on_checkpoint, kind=KIND,
             counts=(_encode_cut, _decode_cut))
@@ -370,7 +372,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     chunks = None
     ok = False
     try:
-        chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit))
+        chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit,
+                                     merge=merge))
         stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
         counts = run(pol, spec, folds, key is not None, max_open, fields.watch(stream), table,
                      keys, out_sink, late_sink, iso, time_format,
