@@ -16,16 +16,21 @@ Shapes (StreamInsight), as lifetimes ``[start, end)``:
   ``source`` with the same ``id`` (TS §7.1, ``operators.edges``). Other events have
   ``id is None``.
 
->>> Event.point(5, payload="x", source="A")
-Event.point(5, payload='x', source='A')
+>>> Event.point("2026-11-22T08:00:00Z", payload="x", source="A")
+Event.point('2026-11-22T08:00:00Z', payload='x', source='A')
+>>> Event.point(1_795_334_400_000_000_000).start      # an int is nanoseconds since the epoch
+1795334400000000000
 >>> Event.interval("1970-01-01T00:00:00Z", "1970-01-01T00:00:01Z").end
 1000000000
 >>> Event.cti(8).is_cti
 True
->>> Event.start_edge(5, "door-1", source="A")
-Event.start_edge(5, id='door-1', source='A')
+>>> Event.start_edge("2026-11-22T08:00:00.5Z", "door-1", source="A")
+Event.start_edge('2026-11-22T08:00:00.500Z', id='door-1', source='A')
 >>> Event.end_edge(5, 9, "door-1", source="A").end
 9
+
+A repr shows times as RFC 3339 text, exact to the nanosecond (``to_ns`` reads it back), and
+builds the same event.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import InputError
-from engine.times import MAX_TIME, to_ns
+from engine.times import MAX_TIME, format_rfc3339, to_ns
 
 __all__ = ["Event", "LateRecord", "POINT", "INTERVAL", "CTI", "START", "END", "KINDS",
            "EDGE_KINDS", "DROPPED", "ADJUSTED", "UNMATCHED"]
@@ -58,6 +63,13 @@ def _lifetime(what: str, start: object, end: object) -> tuple[int, int]:
             f"after start {start!r} ({s} ns); expected end > start"
         )
     return s, e
+
+
+def _instant(ns: object) -> str:
+    """An instant as a repr shows it: quoted RFC 3339 (every int64 renders exactly)."""
+    if type(ns) is not int:  # a hand-built Event holding something else: as it is
+        return repr(ns)
+    return repr(format_rfc3339(ns))
 
 
 def _edge_id(value: object, what: str) -> str | int:
@@ -170,20 +182,26 @@ class Event:
             return hash((self.kind, self.start, self.end, self.source, self.id))
 
     def __repr__(self) -> str:
+        """The constructor call that makes this event, times as RFC 3339 text: readable and
+        exact (``to_ns`` reads each back to its nanosecond)."""
         extra = ""
         if self.payload is not None:
             extra += f", payload={self.payload!r}"
         if self.source is not None:
             extra += f", source={self.source!r}"
+        start = _instant(self.start)
         if self.kind == CTI:
-            return f"Event.cti({self.start}{extra})"
+            if self.start == MAX_TIME:
+                return f"Event.cti_infinity({extra[2:]})"
+            return f"Event.cti({start}{extra})"
         if self.kind == POINT:
-            return f"Event.point({self.start}{extra})"
+            return f"Event.point({start}{extra})"
         if self.kind == START:
-            return f"Event.start_edge({self.start}, id={self.id!r}{extra})"
+            return f"Event.start_edge({start}, id={self.id!r}{extra})"
+        end = _instant(self.end)  # not a CTI: it has an end
         if self.kind == END:
-            return f"Event.end_edge({self.start}, {self.end}, id={self.id!r}{extra})"
-        return f"Event.interval({self.start}, {self.end}{extra})"
+            return f"Event.end_edge({start}, {end}, id={self.id!r}{extra})"
+        return f"Event.interval({start}, {end}{extra})"
 
     def __reduce__(self):  # picklable for executors and Spark
         return (Event, self._key())
@@ -229,7 +247,8 @@ class LateRecord:
         return hash((self.input, self.cti, self.action, self.event.start))
 
     def __repr__(self) -> str:
-        return (f"LateRecord(input={self.input!r}, event={self.event!r}, cti={self.cti}, "
+        return (f"LateRecord(input={self.input!r}, event={self.event!r}, "
+                f"cti={_instant(self.cti)}, "
                 f"action={self.action!r}" + (f", adjusted={self.adjusted!r}" if self.adjusted
                                              else "")
                 + (f", reason={self.reason!r})" if self.reason else ")"))

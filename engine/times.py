@@ -41,13 +41,14 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 import numbers
 import re
 from fractions import Fraction
 from functools import lru_cache
-from typing import Iterable, TypeAlias
+from typing import Any, Collection, Iterable, TypeAlias
 
 import pendulum
 
@@ -70,6 +71,7 @@ __all__ = [
     "fraction_digits",
     "format_duration_ns",
     "format_instant",
+    "readable_repr",
     "TIME_UNITS",
     "PLAUSIBLE_YEARS",
     "UNSCALED_RANGES",
@@ -443,9 +445,12 @@ def looks_unscaled(value: int) -> str | None:
 
 
 def format_duration_ns(ns: int) -> str:
-    """Render a duration compactly: ``format_duration_ns(90 * 60 * 10**9) == '1h30m'``."""
+    """Render a duration compactly: ``format_duration_ns(90 * 60 * 10**9) == '1h30m'``; a
+    negative one (a lag ahead) with its sign, ``'-1s'``."""
     if ns == 0:
         return "0s"
+    if ns < 0:
+        return "-" + format_duration_ns(-ns)
     parts = []
     rest = ns
     for unit, scale in (("d", 86400 * NS_PER_S), ("h", 3600 * NS_PER_S), ("m", 60 * NS_PER_S),
@@ -454,3 +459,34 @@ def format_duration_ns(ns: int) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts)
+
+
+def readable_repr(obj: Any, instants: Collection[str] = (), durations: Collection[str] = (),
+                  ) -> str:
+    """A dataclass's repr with its time fields readable: ``instants`` as RFC 3339 text
+    (``format_instant``), ``durations`` compactly (``format_duration_ns``); the other fields,
+    and ``None``, as ``repr`` shows them. Both renderings are exact.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Seen:
+    ...     name: str
+    ...     last: int | None
+    ...     lag: int
+    ...     def __repr__(self) -> str:
+    ...         return readable_repr(self, instants=("last",), durations=("lag",))
+    >>> Seen("A", 1_795_334_400 * NS_PER_S, -NS_PER_S)
+    Seen(name='A', last='2026-11-22T08:00:00Z', lag='-1s')
+    """
+    parts = []
+    for f in dataclasses.fields(obj):
+        if not f.repr:
+            continue
+        value = getattr(obj, f.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if f.name in instants:
+                value = format_instant(value)
+            elif f.name in durations:
+                value = format_duration_ns(value)
+        parts.append(f"{f.name}={value!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"

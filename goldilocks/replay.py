@@ -39,7 +39,7 @@ import numpy as np
 from engine.errors import InputError, UsageError
 from engine.event import ADJUSTED, CTI as CTI_KIND, Event, LateRecord
 from engine.policy import Policy
-from engine.times import DurationLike, format_duration_ns, to_duration_ns
+from engine.times import DurationLike, format_duration_ns, readable_repr, to_duration_ns
 from eventlog import (
     BAD_RECORD_MODES,
     CTI,
@@ -121,7 +121,7 @@ class VirtualClock:
         self.now += seconds
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class InputStats:
     """One input (source): inserts and CTIs received (``received``), its ``join``/``leave``
     records (``control``), inserts emitted (adjusted ones included), late (dropped +
@@ -129,7 +129,8 @@ class InputStats:
     output side: the CTIs emitted on its records (``ctis_out``: its CTIs, or its leaving,
     advanced the output's time) and the last of them (``last_cti_out``). Every record of the
     replay is counted in one input's ``records``; the output's CTIs are the sum of
-    ``ctis_out`` and its final CTI the latest ``last_cti_out``."""
+    ``ctis_out`` and its final CTI the latest ``last_cti_out``. Times are int ns; the repr
+    shows them as RFC 3339 text."""
 
     name: str | None
     received: int
@@ -146,6 +147,9 @@ class InputStats:
     @property
     def dropped(self) -> int:
         return self.late - self.adjusted
+
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("final_cti", "last_cti_out"))
 
     @property
     def records(self) -> int:
@@ -180,9 +184,11 @@ class PlotData:
     cti_values: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ReplayStats:
-    """The result of a replay: per-input and per-file counts, totals, and which path ran."""
+    """The result of a replay: per-input and per-file counts, totals, and which path ran;
+    ``delay`` (a duration) and ``final_cti`` (an instant) are int ns, shown readably by the
+    repr."""
 
     inputs: tuple[InputStats, ...]
     files: tuple[FileStats, ...]
@@ -216,6 +222,9 @@ class ReplayStats:
     @property
     def events_per_second(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else float("inf")
+
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("final_cti",), durations=("delay",))
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ import orjson
 from engine.errors import InputError, UsageError
 from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
-from engine.times import DurationLike, to_duration_ns
+from engine.times import DurationLike, readable_repr, to_duration_ns
 from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
                       iso_time, merge_columns)
 from eventlog.format import END, START, timed as timed_kind
@@ -106,7 +106,7 @@ After = Callable[[Any, Callable[[], _Cut]], None]
 MakeCut = Callable[[tuple, Any], _Cut]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class WindowReplayStats:
     """What a windowed replay did: ``records`` read, ``inserts`` folded into windows,
     ``late`` (the policy's late inserts; ``window_late``: inserts that found their window
@@ -136,6 +136,9 @@ class WindowReplayStats:
     #: payload fields that were seen (at most 32, sorted) to say what was meant
     missing_fields: tuple[str, ...] = ()
     payload_fields: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("final_cti",), durations=("delay", "size", "hop"))
 
     @property
     def events_per_second(self) -> float:

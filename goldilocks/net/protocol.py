@@ -21,8 +21,8 @@ output frame). Nothing here logs, and a ``Frame``'s ``repr`` never shows the tok
 >>> frame = decode_frame(encode_request(3, 64))
 >>> frame.type, frame.stream, frame.n
 ('request', 3, 64)
->>> decode_events([["point", 5, None, {"v": 1}]], "A")
-[Event.point(5, payload={'v': 1}, source='A')]
+>>> decode_events([["point", 1_795_334_400_000_000_000, None, {"v": 1}]], "A")
+[Event.point('2026-11-22T08:00:00Z', payload={'v': 1}, source='A')]
 """
 
 from __future__ import annotations

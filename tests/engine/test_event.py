@@ -77,9 +77,39 @@ def test_equality_hash_and_repr():
     assert a != Event.interval(5, 6, payload="x", source="A")
     assert hash(a) == hash(Event.point(5, payload="x", source="A"))
     assert (a == (POINT, 5, 6, "x", "A")) is False
-    assert repr(a) == "Event.point(5, payload='x', source='A')"
-    assert repr(Event.interval(1, 3)) == "Event.interval(1, 3)"
-    assert repr(Event.cti(7, source="A")) == "Event.cti(7, source='A')"
+    assert repr(a) == "Event.point('1970-01-01T00:00:00.000000005Z', payload='x', source='A')"
+    assert repr(Event.interval(1, 3)) == ("Event.interval('1970-01-01T00:00:00.000000001Z', "
+                                          "'1970-01-01T00:00:00.000000003Z')")
+    assert repr(Event.cti(7, source="A")) == "Event.cti('1970-01-01T00:00:00.000000007Z', " \
+                                             "source='A')"
+
+
+T = 1_795_334_400 * 10**9  # 2026-11-22T08:00:00Z
+
+
+@pytest.mark.parametrize("event, text", [
+    (Event.point(T + 300 * 10**9, payload=1.0, source="A"),
+     "Event.point('2026-11-22T08:05:00Z', payload=1.0, source='A')"),
+    (Event.cti(T + 250 * 10**6), "Event.cti('2026-11-22T08:00:00.250Z')"),
+    (Event.cti_infinity(), "Event.cti_infinity()"),
+    (Event.cti_infinity(source="A"), "Event.cti_infinity(source='A')"),
+    (Event.interval(T, T + 1), "Event.interval('2026-11-22T08:00:00Z', "
+                               "'2026-11-22T08:00:00.000000001Z')"),
+    (Event.start_edge(T, "door", source="A"),
+     "Event.start_edge('2026-11-22T08:00:00Z', id='door', source='A')"),
+    (Event.end_edge(T, T + 10**9, 7), "Event.end_edge('2026-11-22T08:00:00Z', "
+                                      "'2026-11-22T08:00:01Z', id=7)"),
+    (Event.cti(MIN_TIME), "Event.cti('1677-09-21T00:12:43.145224192Z')"),
+])
+def test_a_repr_shows_readable_exact_times_and_builds_the_same_event(event, text):
+    assert repr(event) == str(event) == text
+    assert eval(text, {"Event": Event}) == event  # exact: all the digits that matter
+
+
+def test_a_late_record_shows_the_cti_it_violated_as_an_instant():
+    r = LateRecord("B", Event.point(T - 60 * 10**9), T, DROPPED)
+    assert repr(r) == ("LateRecord(input='B', event=Event.point('2026-11-22T07:59:00Z'), "
+                       "cti='2026-11-22T08:00:00Z', action='dropped')")
 
 
 def test_unhashable_payload_still_hashes():
@@ -101,7 +131,8 @@ def test_late_record():
     assert r == LateRecord("B", e, 5, ADJUSTED, clipped)
     assert r != LateRecord("B", e, 5, DROPPED)
     assert hash(r) == hash(LateRecord("B", e, 5, ADJUSTED, clipped))
-    assert "action='adjusted'" in repr(r) and "adjusted=Event.interval(5, 10" in repr(r)
+    assert "action='adjusted'" in repr(r)
+    assert "adjusted=Event.interval('1970-01-01T00:00:00.000000005Z'" in repr(r)
     assert repr(LateRecord("B", e, 5, DROPPED)).endswith("action='dropped')")
 
 
