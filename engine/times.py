@@ -46,7 +46,7 @@ import datetime as _dt
 import math
 import numbers
 import re
-from fractions import Fraction
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Collection, Iterable, TypeAlias
 
@@ -241,7 +241,8 @@ def to_duration_ns(value: DurationLike, *, what: str = "duration") -> int:
         if not math.isfinite(seconds):
             raise TimeFormatError(f"{what}: {value!r} is not a duration; expected a finite "
                                   "number of seconds or a string with its unit such as '5m'")
-        ns = round(Fraction(seconds) * NS_PER_S)  # to the nearest nanosecond
+        # to the nearest nanosecond, of the number as written (its shortest decimal form)
+        ns = int((Decimal(repr(seconds)) * NS_PER_S).to_integral_value())
     elif isinstance(value, _dt.timedelta):
         ns = (value.days * 86400 + value.seconds) * NS_PER_S + value.microseconds * NS_PER_US
     elif isinstance(value, str):

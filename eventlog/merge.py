@@ -17,10 +17,10 @@ from engine.errors import InputError
 
 from eventlog.columns import Columns, SourceTable
 from eventlog.csv_log import read_csv
-from eventlog.format import ALL_KIND_CODES, END, START, log_format, timed
+from eventlog.format import ALL_KIND_CODES, END, START, STDIN, log_format, timed
 from eventlog.jsonl import read_jsonl
 from eventlog.parquet import read_parquet
-from eventlog.records import BadRecords, FileState, Span, time_scale
+from eventlog.records import BadRecords, FileState, Span, field_map, time_scale
 
 __all__ = ["read_columns", "merge_columns", "read_records", "by_time", "MERGES"]
 
@@ -33,12 +33,16 @@ _READERS: dict[str, Callable[[FileState, Callable[[int], None] | None], Iterator
 
 
 def _open(path: str | os.PathLike[str], index: int, table: SourceTable, bad: BadRecords,
-          scale: int | None, on_bytes: Callable[[int], None] | None, span: Span = Span()
+          scale: int | None, on_bytes: Callable[[int], None] | None, span: Span = Span(),
+          format: str | None = None, fields: dict[str, str] | None = None,
           ) -> tuple[FileState, Iterator[Columns]]:
-    state = FileState(os.fspath(path), index, table, bad, scale, span)
-    if not os.path.exists(state.path):
+    state = FileState(os.fspath(path), index, table, bad, scale, span, fields)
+    if state.path != STDIN and not os.path.exists(state.path):
         raise InputError(f"{state.path}: no such file")
-    return state, _READERS[log_format(state.path)](state, on_bytes)
+    if os.path.isdir(state.path):
+        raise InputError(f"{state.path}: is a directory; expected a log file "
+                         "(eventlog.log_files reads a directory's parts)")
+    return state, _READERS[log_format(state.path, format)](state, on_bytes)
 
 
 def read_columns(path: str | os.PathLike[str], *, index: int = 0,
@@ -84,6 +88,7 @@ def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable
                   bad: BadRecords, on_bytes: Callable[[int], None] | None = None,
                   modes: list[Any] | None = None, time_unit: str | None = None,
                   merge: str = "arrival", chosen: list[str] | None = None,
+                  format: str | None = None, fields: dict[str, str] | None = None,
                   ) -> Generator[Columns, None, None]:
     """Merge files by ``(order key, file index, line)`` (TS §5.2), streaming, in chunks.
 
@@ -99,12 +104,17 @@ def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable
     are several files and none carries an order key (``seq``, ``arrival``: each file is one
     device's log, and their positions say nothing about one another), else by the order
     keys (TS §5.8). ``chosen`` (if given) gets the merge that runs: ``"arrival"`` or
-    ``"time"``, or ``"file"`` for a single file, read in its own order.
+    ``"time"``, or ``"file"`` for a single file, read in its own order. ``format``: the
+    logs' format (``log_format``; ``None``: from each name). ``fields``: the names the logs
+    give the fields of a record (``field_map``: ``{"start": "created"}``; a record without a
+    kind is then an insert).
     """
     if merge not in MERGES:
         raise InputError(f"merge={merge!r}; expected one of {', '.join(MERGES)}")
     scale = time_scale(time_unit)
-    readers = [_FileReader(*_open(p, i, table, bad, scale, on_bytes))
+    names = field_map(fields)
+    readers = [_FileReader(*_open(p, i, table, bad, scale, on_bytes, format=format,
+                                  fields=names))
                for i, p in enumerate(paths)]
     if merge == "auto":
         merge = "arrival"

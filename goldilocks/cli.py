@@ -188,13 +188,49 @@ def _positive(text: str) -> int:
     return n
 
 
+def _field(text: str) -> tuple[str, str]:
+    """``--field FIELD=NAME``: a record's field read from the logs' field ``NAME``."""
+    from eventlog import RECORD_FIELDS
+
+    field, eq, name = text.partition("=")
+    field, name = field.strip(), name.strip()
+    if not eq or not name or field not in RECORD_FIELDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}; expected FIELD=NAME, FIELD one of {', '.join(RECORD_FIELDS)} and NAME "
+            "the field of the logs' records that holds it (e.g. start=created)")
+    return field, name
+
+
+def _fields(args: argparse.Namespace) -> dict[str, str] | None:
+    """The ``--field`` options as replay takes them; a field given twice is a usage error."""
+    if not args.field:
+        return None
+    fields: dict[str, str] = {}
+    for field, name in args.field:
+        if field in fields:
+            raise UsageError("--field", f"{field} is given twice ({fields[field]!r} and "
+                             f"{name!r}); expected each field once")
+        fields[field] = name
+    return fields
+
+
 def _configure_replay(p: argparse.ArgumentParser) -> None:
-    from eventlog import BAD_RECORD_MODES, TIME_FORMATS
+    from eventlog import BAD_RECORD_MODES, FORMATS, TIME_FORMATS
     from operators.policies import policy_names
     from engine.times import TIME_UNITS
 
     p.add_argument("logs", nargs="+", metavar="LOG",
-                   help="event-log files, merged by arrival (or by time: --merge time)")
+                   help="event logs: files (compressed too: .gz, .bz2, .xz), directories of "
+                        "parts (as Spark writes them), or - for standard input")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="the logs' format, for names that do not say it (app.log, -): every "
+                        "LOG is read as this (default: from each name's extension; - is "
+                        "jsonl)")
+    p.add_argument("--field", action="append", type=_field, default=None,
+                   metavar="FIELD=NAME",
+                   help="read a record's FIELD from the logs' field NAME, e.g. start=created "
+                        "source=name payload=message for a logging JSON log (repeat for "
+                        "several); a record without a kind is then an insert")
     p.add_argument("--merge", choices=("auto", "arrival", "time"), default="auto",
                    help="how several logs are merged: arrival: by their seq/arrival order "
                         "keys; time: the next record from the log furthest behind in time; "
@@ -317,7 +353,7 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
                            on_late=args.on_late, out=out, late=args.late, bad_records=mode,
                            time_unit=args.time_unit, time_format=args.time_format,
                            clock=args.clock, idle_after=args.idle_after, merge=args.merge,
-                           **checkpointing)
+                           format=args.format, fields=_fields(args), **checkpointing)
     if not args.no_summary:
         from engine.times import format_duration_ns
         print(f"windows of {format_duration_ns(stats.size)}"
@@ -389,7 +425,8 @@ def _run_replay(args: argparse.Namespace) -> int:
         stats = replay(args.logs, policy=policy, out=out, late=args.late, speed=args.speed,
                        bad_records=mode, quarantine=args.quarantine, progress=True,
                        plot=plot_out is not None, time_unit=args.time_unit,
-                       time_format=args.time_format, merge=args.merge, **checkpointing)
+                       time_format=args.time_format, merge=args.merge, format=args.format,
+                       fields=_fields(args), **checkpointing)
         if plot_out is not None:
             from goldilocks.plot import plot_replay
 

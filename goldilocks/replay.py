@@ -47,12 +47,15 @@ from eventlog import (
     LEAVE,
     MERGES,
     TIME_FORMATS,
+    STDIN,
     BadRecords,
     Columns,
     SourceTable,
     cti_line,
     cti_line_iso,
     encode_late,
+    field_map,
+    log_files,
     merge_columns,
     time_scale,
 )
@@ -297,7 +300,7 @@ class _Progress:
             return
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-        total = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
+        total = sum(os.path.getsize(p) for p in paths if p != STDIN and os.path.exists(p))
         self.bar = Progress("replay", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                             transient=True)
         self.task = self.bar.add_task("replay", total=total)
@@ -324,11 +327,18 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
            columnar: bool | None = None, time_unit: str | None = None,
            time_format: str = "ns", merge: str = "auto",
            checkpoint: str | os.PathLike | None = None, checkpoint_every: int = DEFAULT_EVERY,
-           on_checkpoint: Callable[[bytes], None] | None = None) -> ReplayStats:
+           on_checkpoint: Callable[[bytes], None] | None = None, format: str | None = None,
+           fields: dict[str, str] | None = None) -> ReplayStats:
     """Replay event logs through a policy; write the output and late records; return stats.
 
-    ``paths``: JSON Lines, CSV or Parquet logs, merged by ``(order key, file index, line)``
-    (TS §5.2). ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``, ``"PT5M"``, a
+    ``paths``: JSON Lines, CSV or Parquet logs (a path, or a list), merged by ``(order key,
+    file index, line)`` (TS §5.2): a directory is its log files by name (a directory of
+    parts, as Spark writes them), ``"-"`` standard input, and a log may be compressed
+    (``.gz``, ``.bz2``, ``.xz``). ``format``: the logs' format when their names do not say
+    it (``"jsonl"``, ``"csv"``, ``"parquet"``: every log is read so). ``fields``: the names
+    the logs give a record's fields, ``{"start": "created", "source": "name", "payload":
+    "message"}`` (a record without a kind is then an insert), so a log written by another
+    tool is read as it is. ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``, ``"PT5M"``, a
     ``timedelta``, a number of seconds, ``Nanoseconds``); ``None`` means 5
     minutes for goldilocks and 0 for the others. ``policy``: a registered name
     (``goldilocks``, ``min``, ``max``) or a policy object. ``out``/``late``: a path, a binary
@@ -366,9 +376,10 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     per-record columns the picture draws: about 20 bytes per record).
     """
     began = time.perf_counter()
-    path_list = [os.fspath(p) for p in paths]
+    path_list = log_files(paths, format=format)  # a directory's parts; each one readable
     if not path_list:
         raise InputError("replay: no event logs given; expected at least one path")
+    fields = field_map(fields)
     pol = with_edges(resolve(policy, delay, on_late))  # TS §7: a log may hold edges
     factor = _speed(speed)
     check_time_options(time_unit, time_format)
@@ -389,23 +400,24 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     elif columnar and factor is not None:
         raise InputError("pacing (speed) needs the element path")
 
-    check_outputs(path_list, {"out": out, "late": late, "quarantine": quarantine,
-                              "checkpoint": checkpoint})
-    for p in path_list:  # before an output is created
-        if not os.path.exists(p):
-            raise InputError(f"{p}: no such file")
+    check_outputs([p for p in path_list if p != STDIN],
+                  {"out": out, "late": late, "quarantine": quarantine, "checkpoint": checkpoint})
     table = SourceTable()
     ck: ReplayCheckpoint | None = None
     if checkpoint is not None:
         for option, given in (("speed", factor is not None), ("plot", plot),
-                              ("quarantine", quarantine is not None)):
+                              ("quarantine", quarantine is not None),
+                              ("checkpoint", STDIN in path_list)):
             if given:
-                raise UsageError(option, "is not available with a checkpoint")
+                raise UsageError(option, "standard input cannot be read again to resume: "
+                                 "give the log as a file" if option == "checkpoint" else
+                                 "is not available with a checkpoint")
         ck = ReplayCheckpoint.open(
             checkpoint, checkpoint_every, path_list, pol,
             {"time_unit": time_unit, "time_format": time_format, "merge": merge,
-             "bad_records": bad_records}, {"out": out, "late": late}, table.names,
-            on_checkpoint)
+             "bad_records": bad_records, **({"format": format} if format else {}),
+             **({"fields": fields} if fields else {})},
+            {"out": out, "late": late}, table.names, on_checkpoint)
         if ck.complete is not None:  # a run that completed but did not finish: finish it
             ck.finish_complete()
             return _stats(ck.complete, path_list, ck.skipped, pol, columnar, bad_records,
@@ -426,7 +438,7 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
         bar = _Progress(path_list, progress)
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
                                      modes=modes, time_unit=time_unit, merge=merge,
-                                     chosen=chosen))
+                                     chosen=chosen, format=format, fields=fields))
         stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
         resume, after = (None, None) if ck is None else (ck.resume, ck.after)
         if columnar:

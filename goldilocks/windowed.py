@@ -46,8 +46,8 @@ from engine.errors import InputError, UsageError
 from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
 from engine.times import DurationLike, readable_repr, to_duration_ns
-from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
-                      iso_time, merge_columns)
+from eventlog import (CTI, INSERT, JOIN, LEAVE, STDIN, BadRecords, Columns, SourceTable,
+                      encode_late, field_map, iso_time, log_files, merge_columns)
 from eventlog.format import END, START, timed as timed_kind
 from goldilocks.ahead import ahead
 from goldilocks.edge_rows import finish_lines, row_event, step_chunk
@@ -274,7 +274,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
                    checkpoint: str | os.PathLike | None = None,
                    checkpoint_every: int = DEFAULT_EVERY,
                    on_checkpoint: Callable[[bytes], None] | None = None,
-                   merge: str = "auto") -> WindowReplayStats:
+                   merge: str = "auto", format: str | None = None,
+                   fields: dict[str, str] | None = None) -> WindowReplayStats:
     """Replay logs through ``policy`` and write one row per window closed by its CTIs.
 
     ``window``: the window size (a duration, ``engine.times.DurationLike``: ``"1m"``);
@@ -289,7 +290,9 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     §6.4, on the element path). ``checkpoint``, ``checkpoint_every``, ``on_checkpoint``: a
     resumable run, as ``goldilocks.replay.replay``'s (TS §8.3; the windows' state is in the
     checkpoint). ``merge``: how several logs are merged, as ``goldilocks.replay.replay``'s
-    (``"auto"``, ``"arrival"``, ``"time"``). Other options as ``goldilocks.replay.replay``.
+    (``"auto"``, ``"arrival"``, ``"time"``); ``format``, ``fields``: what the logs are and
+    what they name a record's fields, as ``replay``'s. Other options as
+    ``goldilocks.replay.replay``.
     Memory: one chunk per file plus the open windows (at most ``max_open``).
 
     >>> import tempfile, pathlib
@@ -304,9 +307,10 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     '{"start":0,"end":10,"count":2,"mean_t":1.5}\\n'
     """
     began = time.perf_counter()
-    path_list = [os.fspath(p) for p in paths]
+    path_list = log_files(paths, format=format)  # a directory's parts; each one readable
     if not path_list:
         raise InputError("replay: no event logs given; expected at least one path")
+    names = field_map(fields)
     pol = with_edges(resolve(policy, delay, on_late))  # TS §7: a log may hold edges
     spec = (tumbling_spec(window) if hop is None else hopping_spec(window, hop))
     folds = tuple(parse_fold(a) for a in aggregates)
@@ -327,13 +331,14 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     elif columnar and not can_columns:
         raise InputError("windows: the columnar path needs a policy with a columnar form, "
                          "built-in aggregates and no idle_after; use the element path")
-    check_outputs(path_list, {"out": out, "late": late, "checkpoint": checkpoint})
-    for p in path_list:
-        if not os.path.exists(p):
-            raise InputError(f"{p}: no such file")
+    check_outputs([p for p in path_list if p != STDIN],
+                  {"out": out, "late": late, "checkpoint": checkpoint})
+    if checkpoint is not None and STDIN in path_list:
+        raise UsageError("checkpoint", "standard input cannot be read again to resume: give "
+                         "the log as a file")
     table = SourceTable()
     keys = _Keys(key, path_list, table)
-    fields = _Fields(folds)
+    agg_fields = _Fields(folds)
     path = COLUMNAR if columnar else ELEMENT
     ck: ReplayCheckpoint | None = None
     if checkpoint is not None:
@@ -344,7 +349,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
              "aggregates": [f.label for f in folds], "key": key, "clock": clock,
              "idle_after": (None if idle_after is None
                             else to_duration_ns(idle_after, what="idle_after")),
-             "merge": merge,
+             "merge": merge, **({"format": format} if format else {}),
+             **({"fields": names} if names else {}),
              "max_open": max_open, "path": path},
             {"out": out, "late": late}, table.names, on_checkpoint, kind=KIND,
             counts=(_encode_cut, _decode_cut))
@@ -356,7 +362,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
         out_sink, late_sink = ck.sinks()
         if ck.resume is not None:
             was: Any = ck.resume[1]
-            fields.missing, fields.seen = set(was.missing), set(was.seen)
+            agg_fields.missing, agg_fields.seen = set(was.missing), set(was.seen)
     else:
         out_sink, late_sink = open_sinks({"out": out, "late": late})
     bad = BadRecords(bad_records, None)
@@ -369,16 +375,17 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
         run = _run_columns if columnar else _run_elements
 
     def cut(counts: tuple, windows: Any) -> _Cut:
-        return _Cut(table.names, counts, windows, tuple(sorted(fields.missing)),
-                    tuple(sorted(fields.seen)))
+        return _Cut(table.names, counts, windows, tuple(sorted(agg_fields.missing)),
+                    tuple(sorted(agg_fields.seen)))
 
     chunks = None
     ok = False
     try:
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit,
-                                     merge=merge))
+                                     merge=merge, format=format, fields=names))
         stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
-        counts = run(pol, spec, folds, key is not None, max_open, fields.watch(stream), table,
+        counts = run(pol, spec, folds, key is not None, max_open, agg_fields.watch(stream),
+                     table,
                      keys, out_sink, late_sink, iso, time_format,
                      resume=None if ck is None else ck.resume,
                      after=None if ck is None else ck.after,  # type: ignore[arg-type]
@@ -399,8 +406,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
             raise failed
     if ck is not None:
         ck.remove()  # TS §8.3: the outputs are in place; nothing is left to resume
-    return _window_stats(path, pol, spec, key, folds, counts, began, fields.missing,
-                         fields.seen)
+    return _window_stats(path, pol, spec, key, folds, counts, began, agg_fields.missing,
+                         agg_fields.seen)
 
 
 def _window_stats(path: str, pol: Policy, spec: WindowSpec, key: str | None,
