@@ -9,14 +9,20 @@ Exit status: 0 on success, 1 on an input error (a bad record, a missing file; on
 stderr naming the file and line), 2 on a usage error: argparse's own (usage and one line
 ``goldilocks replay: error: argument --delay: …``), or an argument that cannot be used as
 given, found before any work starts (an ``engine.errors.UsageError``: one line naming the
-argument and the path, e.g. an ``--out`` that is an input log). ``main`` returns the status
-in every case (``--help`` and ``--version`` too) rather than raising ``SystemExit``.
+argument and the path, e.g. an ``--out`` that is an input log); 130 when interrupted (Ctrl-C)
+and 143 when terminated (SIGTERM: ``kill``, ``timeout``, ``docker stop``), one line saying so
+— and, with ``--checkpoint``, how to resume — after the outputs' temporaries are removed.
+``main`` returns the status in every case (``--help`` and ``--version`` too) rather than
+raising ``SystemExit``.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,7 +32,30 @@ from engine.errors import GoldilocksError, InputError, UsageError
 from goldilocks.commands import Command, commands, duration, negative_values, register_command
 from goldilocks.net.cli import SERVE
 
-__all__ = ["build_parser", "main", "distribution_version"]
+__all__ = ["build_parser", "main", "distribution_version", "Terminated"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program runs so that it stops as Ctrl-C stops it: every
+    ``finally`` runs, and no output's temporary is left behind."""
+
+
+@contextmanager
+def terminated_as_interrupted():
+    """Within: SIGTERM raises ``Terminated`` in the main thread (elsewhere: nothing
+    changes). The handler that was there is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 def distribution_version(name: str = "goldilocks") -> str:
     """The installed distribution's version; in a checkout that is not installed, the version
@@ -114,6 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else 2
     try:
         return int(args._run(args) or 0)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated): the outputs are
+        terminated = isinstance(stop, Terminated)  # cleaned up by now
+        checkpoint = getattr(args, "checkpoint", None)
+        after = (f"; run the same command to resume from {checkpoint}" if checkpoint
+                 else "")
+        print(f"goldilocks {args.command}: {'terminated' if terminated else 'interrupted'}"
+              f"{after}", file=sys.stderr)
+        return 143 if terminated else 130
     except UsageError as err:  # found before any work started
         flag = err.option if err.option.startswith("-") else "--" + err.option.replace("_", "-")
         print(f"goldilocks {args.command}: error: argument {flag}: {_one_line(err.reason)}",
@@ -372,6 +409,11 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    with terminated_as_interrupted():  # SIGTERM cleans up as Ctrl-C does
+        return _replay_command(args)
+
+
+def _replay_command(args: argparse.Namespace) -> int:
     from goldilocks.outputs import AtomicOutput, check_outputs
     from goldilocks.replay import replay, resolve
     from goldilocks.resume import DEFAULT_EVERY
