@@ -59,8 +59,9 @@ def _lifetime(what: str, start: object, end: object) -> tuple[int, int]:
     e = to_ns(end, what=f"{what} end")
     if e <= s:
         raise InputError(
-            f"{what if what != 'interval' else 'interval event'}: end {end!r} ({e} ns) is not "
-            f"after start {start!r} ({s} ns); expected end > start"
+            f"{what if what != 'interval' else 'interval event'}: end {end!r} "
+            f"({format_rfc3339(e)}) is not after start {start!r} ({format_rfc3339(s)}); "
+            "expected end > start"
         )
     return s, e
 

@@ -179,6 +179,10 @@ _FRACTION = re.compile(r"[T ]\d{2}:\d{2}:\d{2}[.,](\d+)")
 
 def _parse_instant(text: str, what: str) -> int:
     stripped = text.strip()
+    if stripped[10:11] == "t":  # RFC 3339 allows 't' and 'z' in lower case
+        stripped = stripped[:10] + "T" + stripped[11:]
+    if stripped[-1:] == "z":
+        stripped = stripped[:-1] + "Z"
     try:
         parsed = pendulum.parse(stripped, strict=True, exact=True)
     except Exception as err:  # pendulum raises several types; all mean "not an instant"

@@ -53,8 +53,8 @@ import numpy as np
 import orjson
 
 from engine.errors import BadRecordError, InputError
-from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, format_rfc3339,
-                          looks_unscaled)
+from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, format_instant,
+                          format_rfc3339, looks_unscaled)
 
 from eventlog.columns import Columns, Payloads, RawLines, SourceTable
 from eventlog.format import BAD_RECORD_MODES, CTI, END, INSERT, JOIN, LEAVE, START
@@ -603,13 +603,14 @@ def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordErr
     if rule == KIND_UNKNOWN:
         return st.error(line, f"unknown kind {_dumps(kind)}; {_KIND_LIST}", "kind")
     if rule == SOURCE_MISSING:
-        return st.error(line, f"missing on a {kind} record; expected the input's name", "source")
+        return st.error(line, f"missing on {_a(kind)} record; expected the input's name",
+                        "source")
     if rule == SOURCE_TYPE:
         source = obj.get("source")
         return st.error(line, f"{_dumps(source)} is a {_json_type(source)}; expected a string",
                         "source")
     if rule == START_MISSING:
-        return st.error(line, f"missing on a {kind} record; expected an instant", "start")
+        return st.error(line, f"missing on {_a(kind)} record; expected an instant", "start")
     if START_BAD <= rule <= START_RANGE:
         return st.error(line, _instant_message(obj["start"], rule - START_BAD, st.scale), "start")
     if rule == CTI_END:
@@ -628,8 +629,8 @@ def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordErr
     if END_BAD <= rule <= END_RANGE:
         return st.error(line, _instant_message(obj["end"], rule - END_BAD, st.scale), "end")
     if rule == END_ORDER:
-        return st.error(line, f"interval end {int(v.end[i])} is not after start "
-                        f"{int(v.start[i])}; expected end > start", "end")
+        return st.error(line, f"interval end {format_instant(int(v.end[i]))} is not after "
+                        f"start {format_instant(int(v.start[i]))}; expected end > start", "end")
     if rule == EDGE_ID:
         value = obj.get("id", MISSING)
         found = "missing" if value is MISSING else f"{_dumps(value)} is a {_json_type(value)}"
@@ -647,5 +648,14 @@ def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordErr
         return st.error(line, _instant_message(obj["arrival"], rule - KEY_BAD, st.scale),
                         "arrival")
     assert rule == KEY_ORDER and v.before is not None
-    return st.error(line, f"{int(v.key[i])} is before the previous record's {int(v.before[i])}; "
-                    "a file must be in arrival order (TS §5.2)", mode)
+    key, before = int(v.key[i]), int(v.before[i])
+    if mode == "arrival":
+        shown = f"{format_instant(key)} is before the previous record's {format_instant(before)}"
+    else:
+        shown = f"{key} is before the previous record's {before}"
+    return st.error(line, f"{shown}; a file must be in arrival order (TS §5.2)", mode)
+
+
+def _a(word: Any) -> str:
+    """``word`` with its article: "an insert", "a cti"."""
+    return f"{'an' if str(word)[:1] in 'aeiou' else 'a'} {word}"

@@ -40,6 +40,8 @@ _INT64 = range(-(2**63), 2**63)
 @lru_cache(maxsize=65_536)
 def _iso_ns(text: str) -> int:
     """ISO-8601 instant with an offset -> ns; the common forms without pendulum (cached)."""
+    if text[-1:] == "z":  # RFC 3339 allows a lower-case 'z' (and 't': fromisoformat reads it)
+        return to_ns(text, what="instant")
     if _FRACTION_DIGITS.search(text):  # sub-microsecond digits: to_ns's rule (TS §1.4)
         return to_ns(text, what="instant")
     try:

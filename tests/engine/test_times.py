@@ -338,3 +338,10 @@ def test_format_duration_ns_round_trips(ns):
 def test_aware_datetime_and_its_iso_string_agree(value):
     assert to_ns(value) == to_ns(value.isoformat())
     assert to_ns(value) == to_ns(pendulum.instance(value))
+
+
+@pytest.mark.parametrize("text", ["2026-11-22T08:00:00z", "2026-11-22t08:00:00Z",
+                                  "2026-11-22t08:00:00z", "2026-11-22 08:00:00z"])
+def test_lower_case_t_and_z_are_read_as_rfc_3339_allows(text):
+    # event-log.md lists 'z' among the accepted forms
+    assert to_ns(text) == T0
