@@ -73,6 +73,59 @@ def _instant(ns: object) -> str:
     return repr(format_rfc3339(ns))
 
 
+#: how deep a payload is checked here (deeper levels are the writers' and the wire's to judge:
+#: the network refuses payloads nested too deep with its own message)
+_DEPTH = 64
+
+
+def _not_json(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is not JSON data (``None``: it is): what a payload must be to be written
+    to a log, a checkpoint or the network, so that it fails here, not there."""
+    if value is None or isinstance(value, (str, bool)):
+        return None
+    if isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return (f"{value!r} is not a JSON number (JSON has no NaN or infinity: use None "
+                    "for a missing reading)")
+        return None
+    if depth >= _DEPTH:
+        return None
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            why = _not_json(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"the key {key!r} is a {type(key).__name__}, not a string"
+            why = _not_json(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    hint = " (a numpy value: convert it with .item())" if type(value).__module__ == "numpy" \
+        else ""
+    return f"{value!r} is a {type(value).__name__}, which JSON cannot hold{hint}"
+
+
+def _checked(what: str, payload: Any, source: Any) -> None:
+    """``InputError`` for a payload that is not JSON data or a source that is not a name."""
+    if source is not None and type(source) is not str:
+        raise InputError(f"{what}: source {source!r} is a {type(source).__name__}; expected "
+                         "a string naming the input (or None)")
+    if payload is None or type(payload) in (str, int, bool):
+        return
+    why = _not_json(payload)
+    if why is not None:
+        raise InputError(f"{what}: payload {payload!r} is not JSON data: {why}; expected "
+                         "None, a bool, a number, a string, or lists and dicts of them with "
+                         "string keys (a payload is written to logs, checkpoints and the "
+                         "network as JSON)")
+
+
 def _edge_id(value: object, what: str) -> str | int:
     """An edge's id as given: a string or an int (not a bool), else ``InputError``."""
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
@@ -118,6 +171,7 @@ class Event:
         if start >= MAX_TIME:  # TS §1.3: one tick of lifetime must fit
             raise InputError(f"point event at {t!r}: the latest instant leaves no room for a "
                              "one-tick lifetime; expected a time before MAX_TIME")
+        _checked("point event", payload, source)
         return cls(POINT, start, start + 1, payload, source)
 
     @classmethod
@@ -125,6 +179,7 @@ class Event:
                  source: str | None = None) -> Event:
         """An interval event ``[start, end)``; ``end`` must be after ``start``."""
         s, e = _lifetime("interval", start, end)
+        _checked("interval event", payload, source)
         return cls(INTERVAL, s, e, payload, source)
 
     @classmethod
@@ -135,6 +190,7 @@ class Event:
         if s >= MAX_TIME:  # TS §1.3: an open lifetime must have room to end
             raise InputError(f"start edge at {start!r}: the latest instant leaves no room for "
                              "a lifetime; expected a time before MAX_TIME")
+        _checked("start edge", payload, source)
         return cls(START, s, MAX_TIME, payload, source, _edge_id(id, "start edge"))
 
     @classmethod
@@ -143,16 +199,20 @@ class Event:
         """The end edge closing the start edge ``id`` of ``source``: ``[start, end)``, as an
         interval (``end`` after ``start``, TS §1.3)."""
         s, e = _lifetime("end edge", start, end)
+        _checked("end edge", payload, source)
         return cls(END, s, e, payload, source, _edge_id(id, "end edge"))
 
     @classmethod
     def cti(cls, t: object, source: str | None = None) -> Event:
         """A CTI at ``t``: no later event of this stream starts before ``t``."""
-        return cls(CTI, to_ns(t, what="CTI time"), None, None, source)
+        at = to_ns(t, what="CTI time")
+        _checked("CTI", None, source)
+        return cls(CTI, at, None, None, source)
 
     @classmethod
     def cti_infinity(cls, source: str | None = None) -> Event:
         """The advance-to-infinity CTI that closes a stream's time."""
+        _checked("CTI", None, source)
         return cls(CTI, MAX_TIME, None, None, source)
 
     # -- derived views --------------------------------------------------------------------

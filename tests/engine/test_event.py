@@ -158,3 +158,47 @@ def test_an_int_instant_is_nanoseconds_as_the_docstring_says():
     assert Event.point(1_795_334_400).start == 1_795_334_400  # 1.8 s after the epoch
     assert Event.point(1_795_334_400 * 10**9).start == \
         Event.point("2026-11-22T08:00:00Z").start
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: Event.point(T, payload=object()), "payload <object object"),
+    (lambda: Event.point(T, payload={1, 2}), "{1, 2} is a set, which JSON cannot hold"),
+    (lambda: Event.point(T, payload=float("nan")), "JSON has no NaN or infinity: use None"),
+    (lambda: Event.point(T, payload={"v": [1.0, float("inf")]}), "inf is not a JSON number"),
+    (lambda: Event.point(T, payload={1: "a"}), "the key 1 is a int, not a string"),
+    (lambda: Event.interval(T, T + 1, payload=b"raw"), "b'raw' is a bytes"),
+    (lambda: Event.point(T, source=5), "source 5 is a int; expected a string"),
+    (lambda: Event.cti(T, source=("A",)), "source ('A',) is a tuple"),
+    (lambda: Event.start_edge(T, "d", payload=object()), "start edge: payload"),
+])
+def test_a_payload_that_is_not_json_or_a_source_that_is_not_a_name_is_refused_at_once(
+        make, words):
+    # before, these were accepted and failed later, at checkpoint or write time; a NaN sent
+    # over the network arrived as null without a word
+    with pytest.raises(InputError) as info:
+        make()
+    assert words in str(info.value)
+
+
+def test_json_payloads_and_numpy_floats_are_taken():
+    import numpy as np
+
+    assert Event.point(T, payload={"v": [1, 2.5, None, True, "x"], "w": {"z": (1, 2)}})
+    assert Event.point(T, payload=np.float64(2.5)).payload == 2.5
+    with pytest.raises(InputError, match=r"convert it with \.item\(\)"):
+        Event.point(T, payload={"v": np.int64(3)})
+
+
+def test_a_callback_subscriber_without_on_error_warns_when_refused():
+    """Subscribing twice to a union: refused through on_error, as Reactive Streams requires
+    (RS §1.9: subscribe returns normally); with no on_error to take it, a RuntimeWarning
+    says so besides the log."""
+    from engine import CallbackSubscriber
+    from operators import Union, goldilocks
+
+    union = Union(goldilocks("2s"))
+    union.subscribe(CallbackSubscriber(print))
+    second = CallbackSubscriber(print)
+    with pytest.warns(RuntimeWarning, match="already has a subscriber; use broadcast"):
+        union.subscribe(second)
+    assert "already has a subscriber" in str(second.error)
