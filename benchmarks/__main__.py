@@ -4,7 +4,8 @@
     python -m benchmarks --quick         # 100k records, 1M-event memory run
     python -m benchmarks --json out.json # also write the results as JSON
 
-Method and workload: ``benchmarks/README.md``; results and analysis: ``docs/performance.md``.
+Method and workload: ``benchmarks/README.md``; results: ``docs/performance.md``;
+what they decided: ``docs/decisions.md``.
 """
 
 from __future__ import annotations
