@@ -45,7 +45,7 @@ def print_table(rows: list[Row], *, n: int, rounds: int, memory_events: int,
 
     console = Console() if sys.stdout.isatty() else Console(width=150)
     info = machine()
-    table = Table(title=f"Goldilocks benchmarks: {n:,} records, K=4, delay 100, "
+    table = Table(title=f"Goldilocks benchmarks: {n:,} records, K=4, delay 100 ns, "
                         f"median of {rounds} rounds (ratios within each round)")
     for col, justify in (("implementation", "left"), ("", "left"), ("events/s median", "right"),
                          ("min", "right"), ("max", "right"), ("× plain loop", "right"),

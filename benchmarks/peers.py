@@ -59,7 +59,7 @@ def plain_loop(w: Workload) -> tuple[Counts, int]:
 
 
 def step_loop(w: Workload) -> tuple[Counts, int]:
-    """Not a peer: a bare loop calling the product's ``goldilocks(100).step`` per event and
+    """Not a peer: a bare loop calling the product's ``goldilocks("100ns").step`` per event and
     reading its outputs — no merge, no demand, no subscriber. The floor under any per-event
     design built on the step function (an extra row, for the analysis)."""
     from operators.policies import goldilocks

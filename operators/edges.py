@@ -32,7 +32,7 @@ policy's ``step_many`` and ``run_columns`` unchanged, so a replay of a log reads
 without edges on the columnar path (TS §7.7).
 
 >>> from operators.policies import goldilocks
->>> p = with_edges(goldilocks(2))
+>>> p = with_edges(goldilocks("2ns"))
 >>> s = p.initial()
 >>> s, out = p.step(s, Event.start_edge(5, "door", source="A"))
 >>> s, out = p.step(s, Event.cti(20, source="A"))          # the CTI in force is now 18

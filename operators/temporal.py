@@ -21,6 +21,7 @@ from engine.errors import InputError
 from engine.event import CTI, DROPPED, Event, LateRecord
 from engine.multicast import Multicast
 from engine.stage import StagePublisher
+from engine.times import DurationLike, format_duration_ns
 
 from operators.edges import EdgeState, with_edges
 from operators.late import LateOutput
@@ -70,7 +71,7 @@ def _no_edges(who: str, event: Event) -> InputError:
                       "decide edges with cti_sync, or a Union(with_edges(policy)) (TS §7)")
 
 
-def cti_sync(delay: object, on_late: str = "drop", *, late_capacity: int = 10_000,
+def cti_sync(delay: DurationLike, on_late: str = "drop", *, late_capacity: int = 10_000,
              prefetch: int = 64) -> TemporalOperator:
     """Delay every advancing CTI by ``delay`` and drop or adjust what arrives too late, on a
     single stream — the Goldilocks policy (design.md §4.2) as a pipe operator.
@@ -108,11 +109,12 @@ def cti_sync(delay: object, on_late: str = "drop", *, late_capacity: int = 10_00
         sync.flush = flush  # type: ignore[attr-defined]
         return sync
 
-    return TemporalOperator(f"cti_sync({policy.delay}ns, {on_late})", make_step, late=late,
-                            prefetch=prefetch)
+    return TemporalOperator(f"cti_sync({format_duration_ns(policy.delay)}, {on_late})",
+                            make_step, late=late, prefetch=prefetch)
 
 
-def advance_time(every_events: int | None = None, every: object = None, delay: object = 0,
+def advance_time(every_events: int | None = None, every: DurationLike | None = None,
+                 delay: DurationLike = 0,
                  on_late: str = "drop", *, final_cti: bool = False,
                  late_capacity: int = 10_000, prefetch: int = 64) -> TemporalOperator:
     """Generate CTIs from a stream's own event times (StreamInsight's

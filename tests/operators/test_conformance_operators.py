@@ -14,10 +14,11 @@ import itertools
 from engine import Event, LateRecord, failed, from_iterable, pipe, transform
 from engine.event import DROPPED
 from engine.tck import ProcessorVerification, PublisherVerification
+from engine.times import Nanoseconds
 from operators import LateOutput, Union, broadcast, cti_sync, goldilocks
 
 POOL = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="tck-operators")
-DELAY = 3
+DELAY = Nanoseconds(3)
 
 
 class OnTime:
