@@ -1,6 +1,6 @@
 """Goldilocks engine: a Reactive Streams runtime and the temporal event model.
 
-The documented surface (DESIGN.md §3)::
+The documented surface (design.md §3)::
 
     from engine import (Publisher, Subscriber, Subscription, Processor, MAX_DEMAND,
                         from_iterable, empty, failed, from_async_iterable,

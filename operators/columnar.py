@@ -21,7 +21,7 @@ of one run over the concatenated columns.
 Time O(n), memory O(n) in the rows of one call (a handful of temporary int64 columns).
 
 >>> import numpy as np
->>> m = 60 * 10**9                       # the seed's example, delay 5 minutes
+>>> m = 60 * 10**9                       # design.md §4.2's example, delay 5 min
 >>> is_cti = np.array([0, 0, 1, 1, 0, 1, 0], dtype=bool)
 >>> start = np.array([5, 0, 5, 0, 7, 8, 1]) * m
 >>> action, cti, high = goldilocks_columns(is_cti, start, start + 1, "5m", "drop")

@@ -26,7 +26,7 @@ decided by the rules of TS §7 and everything else exactly as the policy alone d
   record that it was not (TS §3.4).
 
 The state is the policy's state plus the table of open edges, a small frozen value like every
-policy's (DESIGN §1): a step that meets an edge copies the table (O(open edges)); any other
+policy's (design.md §4): a step that meets an edge copies the table (O(open edges)); any other
 arrival costs one call more than the policy's own step. Arrivals that are not edges go to the
 policy's ``step_many`` and ``run_columns`` unchanged, so a replay of a log reads its blocks
 without edges on the columnar path (TS §7.7).

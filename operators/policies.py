@@ -2,14 +2,15 @@
 ``operators.robust``, ``quantile_policy`` and ``goldilocks(…, max_ahead=…)``).
 
 A policy turns the arrivals of many inputs (``event.source`` names the input) into one stream
-with one monotone clock. It is a pure step over a small frozen state (DESIGN §1, §5)::
+with one monotone clock. It is a pure step over a small frozen state (design.md §4.1, §4.2)::
 
     state = policy.initial()
     state, outputs = policy.step(state, event)    # outputs: Event (emit) | LateRecord (late)
     state, outputs = policy.join(state, "A")      # an input joined the merge
     state, outputs = policy.leave(state, "A")     # an input left the merge
 
-Marble timeline of the seed's example (``goldilocks("5m")``, times in minutes, ``|t`` a CTI)::
+Marble timeline of the worked example of the StreamInsight CTI synchronizing subject
+(``goldilocks("5m")``, times in minutes, ``|t`` a CTI)::
 
     A:    5 ----- |5 ------- 7 -- |8 ---------
     B:    -- 0 ------ |0 ----------------- 1
@@ -81,7 +82,8 @@ _INITIAL_HIGH = HighState()
 
 
 class GoldilocksPolicy(PolicyBase):
-    """The delayed-CTI policy (seed ``002``, "Round 2"; DESIGN §5). Build it with ``goldilocks``.
+    """The delayed-CTI policy (the StreamInsight CTI synchronizing subject, "Round 2";
+    design.md §4.2). Build it with ``goldilocks``.
 
     A CTI at ``t`` from any input becomes ``d = max(t - delay, MIN_TIME)`` (TS §2.2) and is
     emitted only if it exceeds every CTI emitted so far (TS §2.1). An insert starting before
@@ -336,7 +338,7 @@ class MinPolicy:
 
 
 def min_policy(on_late: str = "drop", *, delay: DurationLike = 0) -> MinPolicy:
-    """The conservative policy (DESIGN §5). ``delay`` is accepted only as 0."""
+    """The conservative policy (design.md §4.3). ``delay`` is accepted only as 0."""
     if to_duration_ns(delay, what="min policy: delay") != 0:
         raise InputError(
             f"min policy: delay={delay!r}; expected 0 (the min policy has no delay)"

@@ -4,7 +4,7 @@ Each is a ``step_operator`` over a per-subscription step, so a pipeline can be s
 twice or replayed, and each sends its late events to a bounded side output (``.late``, a
 ``LateOutput``) — nothing disappears without a record (TS §3.3).
 
-``engine.transform(cti_sync(delay))`` is the seed's CTI synchronizing subject::
+``engine.transform(cti_sync(delay))`` is the StreamInsight CTI synchronizing subject::
 
     subject = transform(cti_sync("5m"))
     subject.subscribe(sink)
@@ -74,7 +74,7 @@ def _no_edges(who: str, event: Event) -> InputError:
 def cti_sync(delay: DurationLike, on_late: str = "drop", *, late_capacity: int = 10_000,
              prefetch: int = 64) -> TemporalOperator:
     """Delay every advancing CTI by ``delay`` and drop or adjust what arrives too late, on a
-    single stream — the Goldilocks policy (DESIGN §5) as a pipe operator.
+    single stream — the Goldilocks policy (design.md §4.2) as a pipe operator.
 
     Edge events (TS §7) are decided as ``with_edges`` decides them: the start edges still
     open at completion are reported on ``late`` (``"not_closed"``).

@@ -159,7 +159,7 @@ def number(payload: Any, field: str) -> Any:
 
 
 class Fold:
-    """One aggregate of a window: a pure step over an accumulator, like a policy (DESIGN §1).
+    """One aggregate of a window: a pure step over an accumulator, like a policy (design.md §4).
 
     ``label`` names it in results; ``initial`` is the empty accumulator; ``step(acc, value)``
     returns the next one (never mutates ``acc``); ``result(acc)`` the value reported;

@@ -9,7 +9,7 @@ for comparison (docs/performance.md). This module builds the ``(events, late)`` 
 all of them, and ``write_replay`` writes both from one decision of every row.
 
 Over a recorded log the Goldilocks state is one number: ``high``, the running maximum of the
-delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (DESIGN §5). Everything a
+delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (TS §2.2). Everything a
 row needs follows from ``prior``, the running maximum *before* the row (null before the first
 CTI): a CTI is emitted iff ``prior`` is null or ``d > prior`` (TS §2.1); an insert is late iff
 ``prior`` is set and ``start < prior`` (TS §2.4), and is then dropped (TS §3.1) or, under

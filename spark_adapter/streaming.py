@@ -1,4 +1,4 @@
-"""The watermarking stage: a better ``withWatermark`` for any DataFrame (DESIGN §8).
+"""The watermarking stage: a better ``withWatermark`` for any DataFrame (design.md §11).
 
 ``watermark_stage(readings, delay="30 seconds", time_col="ts", source_col="device_id",
 state_dir=...)`` takes a user's own stream — a timestamp column, a device column, no CTIs —

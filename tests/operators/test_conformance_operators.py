@@ -1,5 +1,5 @@
 """The operators in the conformance kit: the union's output, cti_sync (as a pipe stage and as
-the seed's transform subject), the late side output and broadcast.
+the StreamInsight transform subject), the late side output and broadcast.
 
 Element counts must be exact for the kit, so the streams here are on time by construction:
 points at increasing times, with CTIs that each advance the clock — every input element comes
@@ -125,7 +125,7 @@ class TestCtiSyncStage(PublisherVerification):
 
 
 class TestCtiSyncSubject(ProcessorVerification):
-    """``transform(cti_sync(delay))``: the seed's CTI synchronizing subject."""
+    """``transform(cti_sync(delay))``: the StreamInsight CTI synchronizing subject."""
 
     hot = True
     max_upstream_lead = 16 + 8

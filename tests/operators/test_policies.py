@@ -1,5 +1,5 @@
-"""The CTI policies as scan steps: the seed's example, edge cases, and properties against the
-brute-force reference model (tests/reference.py)."""
+"""The CTI policies as scan steps: the worked example (design.md §4.2), edge cases, and
+properties against the brute-force reference model (tests/reference.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _view(events):
     return [(e.kind, e.start, e.end, e.payload) for e in events]
 
 
-# -- the seed's worked example (seed 002, DESIGN §5) -------------------------------------------
+# -- the StreamInsight CTI synchronizing subject's worked example (design.md §4.2) ----------
 
 def seed_arrivals():
     return [

@@ -1,5 +1,5 @@
 """The Union: properties over arbitrary arrival orders against the brute-force reference models,
-the seed's worked example, lifecycle, accounting and backpressure.
+the worked example of design.md §4.2, lifecycle, accounting and backpressure.
 
 Arrivals are driven from the test's thread (emitters' ``try_send``, or publishers whose signals
 are tapped), so the arrival order the union sees is known exactly and can be replayed through

@@ -213,7 +213,7 @@ def _summary(err: str) -> tuple[list[str], dict[str, list[str]]]:
     return header, rows
 
 
-# the seed's example, then a join, a CTI of the merged stream and a leave
+# the worked example (design.md §4.2), then a join, a CTI of the merged stream and a leave
 SUMMARY_LOG = SEED_LOG + (b'{"source":"C","kind":"join"}\n'
                           b'{"kind":"cti","start":500250000000}\n'
                           b'{"source":"B","kind":"leave"}\n')

@@ -1,5 +1,6 @@
-"""Replay: the seed's example, byte-identical output (TS §5.1), merge order (TS §5.2), both
-paths agree (hypothesis), every format gives the same output, pacing in virtual time."""
+"""Replay: the worked example (design.md §4.2), byte-identical output (TS §5.1), merge order
+(TS §5.2), both paths agree (hypothesis), every format gives the same output, pacing in
+virtual time."""
 
 from __future__ import annotations
 

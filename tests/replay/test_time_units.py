@@ -145,7 +145,7 @@ def test_the_plausibility_rule():
 
 
 def test_small_relative_integers_stay_nanoseconds(seed_log, tmp_path):
-    # logs on a clock that starts at 0 (the seed's example) are read as before
+    # logs on a clock that starts at 0 (design.md §4.2's example) are read as before
     stats = replay([seed_log], delay="5m", out=tmp_path / "o.jsonl")
     assert stats.records == 7 and stats.late == 1
 

@@ -1,4 +1,5 @@
-"""Batch replay in Spark equals the Goldilocks rules (DESIGN §5) and the engine's policy step."""
+"""Batch replay in Spark equals the Goldilocks rules (design.md §4.2) and the engine's policy
+step."""
 
 from __future__ import annotations
 

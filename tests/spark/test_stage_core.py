@@ -212,7 +212,8 @@ def test_clock_groups_run_apart_and_the_published_watermark_is_safe(data, seed):
 
 
 def test_the_seed_example_through_the_sequential_plan():
-    """DESIGN §5's example as CTI-carrying rows in arrival order: B's insert@1 is late at 3."""
+    """design.md §4.2's worked example as CTI-carrying rows in arrival order: B's insert@1 is
+    late at 3."""
     m = 60 * S
     rows = [Row(0, "A", 5 * m), Row(1, "B", 0), Row(2, "A", 5 * m, "cti"),
             Row(3, "B", 0, "cti"), Row(4, "A", 7 * m), Row(5, "A", 8 * m, "cti"),
