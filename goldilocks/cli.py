@@ -329,6 +329,9 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                    help="merged (default): the policy's CTIs over all inputs close every "
                         "window; key: with --key source, each input's own CTIs, through "
                         "its own copy of the policy, close its windows")
+    w.add_argument("--final-cti", action="store_true",
+                   help="the logs are complete: after the last record a CTI at +inf closes "
+                        "every window still open, and its row is written (merged clock)")
     w.add_argument("--idle-after", default=None, type=duration, metavar="D",
                    help="with --clock key: evict an input whose time falls more than D "
                         "behind the most advanced input's clock (its open windows are "
@@ -390,14 +393,17 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
                            on_late=args.on_late, out=out, late=args.late, bad_records=mode,
                            time_unit=args.time_unit, time_format=args.time_format,
                            clock=args.clock, idle_after=args.idle_after, merge=args.merge,
-                           format=args.format, fields=_fields(args), **checkpointing)
+                           format=args.format, fields=_fields(args),
+                           final_cti=args.final_cti, **checkpointing)
     if not args.no_summary:
         from engine.times import format_duration_ns
         print(f"windows of {format_duration_ns(stats.size)}"
               + (f" every {format_duration_ns(stats.hop)}" if stats.hop != stats.size else "")
               + (" by each input's clock" if args.clock == "key" else "")
               + f" ({stats.path} path): {stats.windows} written, {stats.open} still open at "
-              f"the end, at most {stats.peak_open} open; {stats.records} records, "
+              f"the end" + (" (--final-cti writes them)" if stats.open and args.clock == "merged"
+                            and not args.final_cti else "")
+              + f", at most {stats.peak_open} open; {stats.records} records, "
               f"{stats.inserts} inserts in windows, {stats.late} late "
               f"({stats.policy}, delay {format_duration_ns(stats.delay)}); "
               f"{stats.seconds:.2f}s", file=sys.stderr)
@@ -438,6 +444,7 @@ def _replay_command(args: argparse.Namespace) -> int:
         return _run_windows(args, mode)
     for flag, given in (("--hop", args.hop), ("--agg", args.agg), ("--key", args.key),
                         ("--idle-after", args.idle_after),
+                        ("--final-cti", args.final_cti or None),
                         ("--clock", None if args.clock == "merged" else args.clock)):
         if given is not None:
             raise UsageError(flag, "goes with --window D (the window size)")

@@ -45,7 +45,7 @@ import orjson
 from engine.errors import InputError, UsageError
 from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
-from engine.times import DurationLike, readable_repr, to_duration_ns
+from engine.times import MAX_TIME, DurationLike, readable_repr, to_duration_ns
 from eventlog import (CTI, INSERT, JOIN, LEAVE, STDIN, BadRecords, Columns, SourceTable,
                       encode_late, field_map, iso_time, log_files, merge_columns)
 from eventlog.format import END, START, timed as timed_kind
@@ -193,16 +193,31 @@ class _Keys:
                 lut[code + 1] = self.found.add(names[code])
             return np.where(is_insert, lut[source + 1], -1).astype(np.int32)
         payload = list(chunk.payload)
-        for r in np.flatnonzero(is_insert).tolist():
+        rows = np.flatnonzero(is_insert).tolist()
+        for r in rows:
             p = payload[r]
             k = p.get(self.key) if p.__class__ is dict else None
             if not isinstance(k, str):
                 raise InputError(
                     f"{self.paths[int(chunk.file[r])]}:{int(chunk.line[r])}: field 'payload': "
                     f"the window key {self.key!r} is {'missing' if k is None else repr(k)}; "
-                    "expected a string")
+                    f"expected a string. {self._without(chunk, payload, rows)}")
             out[r] = self.found.add(k)
         return out
+
+    def _without(self, chunk: Columns, payload: list, rows: list[int]) -> str:
+        """Which inputs' inserts, and how many, lack the key in this block of the logs."""
+        lacking: dict[str, int] = {}
+        for r in rows:
+            p = payload[r]
+            if not isinstance(p.get(self.key) if p.__class__ is dict else None, str):
+                name = self.table.name(int(chunk.source[r])) or "(no source)"
+                lacking[name] = lacking.get(name, 0) + 1
+        shown = ", ".join(f"{name} {n}" for name, n in sorted(lacking.items())[:8])
+        more = f" and {len(lacking) - 8} more" if len(lacking) > 8 else ""
+        return (f"{sum(lacking.values())} of the {len(rows)} inserts read so far lack it "
+                f"(by input: {shown}{more}); a window key must be in every insert: key by an "
+                "input (--key source), or give every record the field")
 
 
 def _values(folds: Sequence[Fold], chunk: Columns) -> list[np.ndarray]:
@@ -275,7 +290,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
                    checkpoint_every: int = DEFAULT_EVERY,
                    on_checkpoint: Callable[[bytes], None] | None = None,
                    merge: str = "auto", format: str | None = None,
-                   fields: dict[str, str] | None = None) -> WindowReplayStats:
+                   fields: dict[str, str] | None = None,
+                   final_cti: bool = False) -> WindowReplayStats:
     """Replay logs through ``policy`` and write one row per window closed by its CTIs.
 
     ``window``: the window size (a duration, ``engine.times.DurationLike``: ``"1m"``);
@@ -291,7 +307,10 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     resumable run, as ``goldilocks.replay.replay``'s (TS §8.3; the windows' state is in the
     checkpoint). ``merge``: how several logs are merged, as ``goldilocks.replay.replay``'s
     (``"auto"``, ``"arrival"``, ``"time"``); ``format``, ``fields``: what the logs are and
-    what they name a record's fields, as ``replay``'s. Other options as
+    what they name a record's fields, as ``replay``'s. ``final_cti``: the logs are complete —
+    after the last record a CTI at +inf closes every window still open, and its row is
+    written (the merged clock only; per-key clocks end as their inputs' CTIs leave them).
+    Other options as
     ``goldilocks.replay.replay``.
     Memory: one chunk per file plus the open windows (at most ``max_open``).
 
@@ -324,6 +343,9 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
                          "names its input, never a payload field")
     if idle_after is not None and not per_key:
         raise UsageError("idle_after", "goes with per-key clocks (clock='key')")
+    if final_cti and per_key:
+        raise UsageError("final_cti", "closes the windows of the merged clock; with per-key "
+                         "clocks (clock='key') each input's own CTIs close its windows")
     can_columns = (columnar_ok(pol) and all(f.kind is not None for f in folds)
                    and idle_after is None)
     if columnar is None:
@@ -351,6 +373,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
                             else to_duration_ns(idle_after, what="idle_after")),
              "merge": merge, **({"format": format} if format else {}),
              **({"fields": names} if names else {}),
+             **({"final_cti": True} if final_cti else {}),
              "max_open": max_open, "path": path},
             {"out": out, "late": late}, table.names, on_checkpoint, kind=KIND,
             counts=(_encode_cut, _decode_cut))
@@ -372,7 +395,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
         run = (_run_key_clock_columns if columnar
                else partial(_run_key_clocks, idle_after=idle_after))
     else:
-        run = _run_columns if columnar else _run_elements
+        run = partial(_run_columns if columnar else _run_elements, final_cti=final_cti)
 
     def cut(counts: tuple, windows: Any) -> _Cut:
         return _Cut(table.names, counts, windows, tuple(sorted(agg_fields.missing)),
@@ -460,7 +483,7 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
                  max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
                  out: Any, late_out: Any, iso: bool, time_format: str, *,
                  resume: tuple[Any, Any] | None = None, after: After | None = None,
-                 cut: MakeCut | None = None) -> tuple:
+                 cut: MakeCut | None = None, final_cti: bool = False) -> tuple:
     kernel = WindowColumns(spec, folds, keyed, max_open=max_open)
     run = pol.run_columns  # type: ignore[attr-defined]
     state = None
@@ -514,6 +537,12 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
         if after is not None:
             after(pol.initial() if state is None else state, now)
     late_out.write(finish_lines(pol, pol.initial() if state is None else state, iso)[1])
+    if final_cti:  # the logs are complete: a CTI at +inf closes every window still open
+        closed = kernel.run(np.ones(1, np.bool_), np.full(1, MAX_TIME, np.int64),
+                            np.full(1, -1, np.int32), [np.zeros(1) for _ in folds], keys.names)
+        out.write(_rows(closed.end.tolist(), closed.key.tolist(), closed.count.tolist(),
+                        [(v.tolist(), has.tolist()) for v, has in closed.values], folds,
+                        spec.size, keyed, keys.names, iso))
     return (records, kernel.inserts, n_late, kernel.late, kernel.emitted, kernel.open,
             kernel.peak, final)
 
@@ -660,7 +689,7 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
                   max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
                   out: Any, late_out: Any, iso: bool, time_format: str, *,
                   resume: tuple[Any, Any] | None = None, after: After | None = None,
-                  cut: MakeCut | None = None) -> tuple:
+                  cut: MakeCut | None = None, final_cti: bool = False) -> tuple:
     windows = Windows(spec, folds, key=_key_function(keys.key), max_open=max_open)
     step, join, leave = pol.step, pol.join, pol.leave
     state = pol.initial()
@@ -707,5 +736,10 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
         if after is not None:
             after(state, now)
     late_out.write(finish_lines(pol, state, iso)[1])  # TS §7.5: the edges never closed
+    if final_cti:  # the logs are complete: a CTI at +inf closes every window still open
+        buf = []
+        _window_step(windows, Event(CTI_KIND, MAX_TIME, None, None, None), buf, None, keyed,
+                     iso, time_format)
+        out.write(b"".join(buf))
     st_ = windows.stats()
     return (records, st_.inserts, n_late, st_.late, st_.emitted, st_.open, st_.peak_open, final)
