@@ -303,6 +303,9 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="draw event time against arrival, the CTI and late events "
                         "(.png, .svg, .pdf, …; needs the plot extra)")
+    p.add_argument("--plot-tz", default=None, metavar="ZONE",
+                   help="with --plot: show event times in this time zone (e.g. Europe/Paris; "
+                        "default UTC)")
     p.add_argument("--no-summary", action="store_true", help="do not print the summary table")
     c = p.add_argument_group("checkpoints", "resume an interrupted replay: run the same command "
                              "again (docs/checkpoint.md)")
@@ -464,10 +467,16 @@ def _replay_command(args: argparse.Namespace) -> int:
         checkpointing = {"checkpoint": args.checkpoint,
                          "checkpoint_every": args.checkpoint_every or DEFAULT_EVERY}
     plot_out = plot_format = None
+    if args.plot_tz is not None and not args.plot:
+        raise UsageError("--plot-tz", "goes with --plot FILE")
     if args.plot:
         from goldilocks.plot import plot_format as _format
 
         plot_format = _format(args.plot)  # matplotlib there, and a suffix it writes
+        if args.plot_tz is not None:
+            from goldilocks.plot import time_zone
+
+            time_zone(args.plot_tz)  # a zone that exists, before the work
         plot_out = AtomicOutput(args.plot, "plot")  # writable: checked before the replay
     ok = False
     try:
@@ -479,7 +488,7 @@ def _replay_command(args: argparse.Namespace) -> int:
         if plot_out is not None:
             from goldilocks.plot import plot_replay
 
-            plot_replay(stats, plot_out.file, format=plot_format)
+            plot_replay(stats, plot_out.file, format=plot_format, tz=args.plot_tz)
             plot_out.commit()
         ok = True
     finally:

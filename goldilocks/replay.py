@@ -175,8 +175,9 @@ class FileStats:
 
 @dataclass(frozen=True, slots=True)
 class PlotData:
-    """What ``goldilocks.plot`` draws: per record in arrival order its input code and start, and
-    whether it was late; the emitted CTIs with the row after which each was emitted."""
+    """What ``goldilocks.plot`` draws: per record in arrival order its input code, start and
+    end (a point's: start + 1), whether it was late and, of those, adjusted (the others were
+    dropped); the emitted CTIs with the row after which each was emitted."""
 
     names: tuple[str | None, ...]
     source: np.ndarray
@@ -185,6 +186,8 @@ class PlotData:
     late: np.ndarray
     cti_rows: np.ndarray
     cti_values: np.ndarray
+    adjusted: np.ndarray | None = None
+    end: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -545,7 +548,7 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
     n_ctis = n_emitted = n_late = n_adjusted = 0
     final = None
     records = 0
-    plot_rows: list[tuple[int, int, bool, bool]] = []
+    plot_rows: list[tuple[int, int, bool, int, int]] = []  # source, start, cti, late, end
     plot_ctis: list[tuple[int, int]] = []
     if resume is not None:
         state, was = resume
@@ -618,7 +621,7 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
                 inserts[i] += 1
                 state, outs = step(state, row_event(k, st, en, he, pl, name, id_))
             if plot and timed(k):
-                plot_rows.append((s, st, k == CTI, False))
+                plot_rows.append((s, st, k == CTI, 0, en if he else st + 1))
             for o in outs:
                 if isinstance(o, LateRecord):
                     late[i] += 1
@@ -628,8 +631,9 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
                         n_adjusted += 1
                     if late_on:
                         lbuf.append(encode_late(o, time_format))
-                    if plot:
-                        plot_rows[-1] = (*plot_rows[-1][:3], True)
+                    if plot:  # 1: dropped, 2: adjusted
+                        row = plot_rows[-1]
+                        plot_rows[-1] = (*row[:3], 2 if o.action == ADJUSTED else 1, row[4])
                 elif o.kind == CTI_KIND:
                     buf.append(encode_cti(o.start))
                     n_ctis += 1
@@ -650,10 +654,10 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
     write_late(text)
     drawn = None
     if plot:
-        rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 4)
+        rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 5)
         cr = np.array(plot_ctis, dtype=np.int64).reshape(-1, 2)
         drawn = (rows[:, 0].astype(np.int32), rows[:, 1], rows[:, 2].astype(bool),
-                 rows[:, 3].astype(bool), cr[:, 0], cr[:, 1])
+                 rows[:, 3] > 0, cr[:, 0], cr[:, 1], rows[:, 3] == 2, rows[:, 4])
     return Tally(names, received, inserts, ctis, emitted, late, adjusted, control, ctis_out,
                  last_cti, last_out, per_file, records, n_emitted, n_ctis, n_late, n_adjusted,
                  final, drawn, edge_stats(pol, state))
