@@ -62,9 +62,9 @@ def _parts(directory: str, format: str | None) -> list[str]:
              and (format is not None or n.lower().endswith(LOG_EXTENSIONS))
              and not os.path.isdir(os.path.join(directory, n))]
     if not found:
+        named = ", *".join(LOG_EXTENSIONS[:4])
         raise InputError(f"{directory}: is a directory with no event-log file in it; expected "
-                         f"a log file, or a directory of parts named *{', *'.join(LOG_EXTENSIONS[:4])}"
-                         " …")
+                         f"a log file, or a directory of parts named *{named} …")
     return found
 
 

@@ -9,9 +9,10 @@ exist are refused with a ``UsageError`` naming the option and the path.
 (``.<name>.<pid>-<random>.tmp``, in the target's own directory, so that the final rename is
 atomic); creating it is the proof that the target can be written, so it is done before any
 work starts. The temporaries of the same target left by a process that is gone (killed with
-SIGKILL, or a power cut: nothing could remove them) are removed then. ``commit()`` renames it over the target (``os.replace``): a reader sees the old file
-or the whole new one, never a part. ``discard()`` removes it: a failed or interrupted run
-leaves no file under the final name and no temporary behind. A symbolic link as the target
+SIGKILL, or a power cut: nothing could remove them) are removed then. ``commit()`` renames
+it over the target (``os.replace``): a reader sees the old file or the whole new one, never
+a part. ``discard()`` removes it: a failed or interrupted run leaves no file under the final
+name and no temporary behind. A symbolic link as the target
 is followed (the link stays, its target is replaced); a target that exists but is not a
 regular file (``/dev/null``, a FIFO) is written in place, since it cannot be replaced.
 

@@ -341,8 +341,8 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     it (``"jsonl"``, ``"csv"``, ``"parquet"``: every log is read so). ``fields``: the names
     the logs give a record's fields, ``{"start": "created", "source": "name", "payload":
     "message"}`` (a record without a kind is then an insert), so a log written by another
-    tool is read as it is. ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``, ``"PT5M"``, a
-    ``timedelta``, a number of seconds, ``Nanoseconds``); ``None`` means 5
+    tool is read as it is. ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``,
+    ``"PT5M"``, a ``timedelta``, a number of seconds, ``Nanoseconds``); ``None`` means 5
     minutes for goldilocks and 0 for the others. ``policy``: a registered name
     (``goldilocks``, ``min``, ``max``) or a policy object. ``out``/``late``: a path, a binary
     file, or ``None`` to discard (late records are counted either way). ``speed``: ``None`` or

@@ -189,7 +189,8 @@ def test_a_logging_json_log_replays_through_a_field_mapping(tmp_path, capsys):
 
 def test_a_csv_with_a_byte_order_mark(tmp_path):
     """Excel's "CSV UTF-8" and pandas' utf-8-sig start with a byte-order mark."""
-    text = "source,kind,start,payload\nA,insert,2026-11-22T08:00:00Z,1\nA,cti,2026-11-22T08:00:01Z,\n"
+    text = ("source,kind,start,payload\nA,insert,2026-11-22T08:00:00Z,1\n"
+            "A,cti,2026-11-22T08:00:01Z,\n")
     plain, marked = tmp_path / "plain.csv", tmp_path / "bom.csv"
     plain.write_text(text, encoding="utf-8")
     marked.write_text(text, encoding="utf-8-sig")
