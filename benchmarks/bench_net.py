@@ -69,7 +69,7 @@ def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pip
     async def run() -> None:
         loop = asyncio.get_running_loop()
         clients = [await connect(url, token=TOKEN) for _ in range(devices)]
-        base = 0
+        base = 1_795_334_400 * 10**9  # today's instants (times like epoch seconds are refused)
         for rep in range(reps):
             # The test data is made before "go": building Event objects is the device's
             # business, not the network's, and it is not what this benchmark times.

@@ -36,9 +36,10 @@ from eventlog.format import (
     late_line_iso,
 )
 from eventlog.columns import Columns, SourceTable
-from eventlog.format import log_format
+from eventlog.files import log_files
+from eventlog.format import FORMATS, STDIN, log_format
 from eventlog.merge import MERGES, by_time, merge_columns, read_columns, read_records
-from eventlog.records import BadRecords, Span, time_scale
+from eventlog.records import RECORD_FIELDS, BadRecords, Span, field_map, time_scale
 from eventlog.write import EventLogWriter, RollingFileSink, SinkStats, write_log
 
 __all__ = [
@@ -64,6 +65,11 @@ __all__ = [
     "Columns",
     "SourceTable",
     "log_format",
+    "log_files",
+    "FORMATS",
+    "STDIN",
+    "RECORD_FIELDS",
+    "field_map",
     "merge_columns",
     "MERGES",
     "by_time",

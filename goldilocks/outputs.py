@@ -6,11 +6,13 @@ outputs that are the same file, an output that is a directory or whose directory
 exist are refused with a ``UsageError`` naming the option and the path.
 
 ``AtomicOutput(path, option)`` then creates a hidden temporary file beside the target
-(``.<name>.<random>.tmp``, in the target's own directory, so that the final rename is atomic);
-creating it is the proof that the target can be written, so it is done before any work
-starts. ``commit()`` renames it over the target (``os.replace``): a reader sees the old file
-or the whole new one, never a part. ``discard()`` removes it: a failed or interrupted run
-leaves no file under the final name and no temporary behind. A symbolic link as the target
+(``.<name>.<pid>-<random>.tmp``, in the target's own directory, so that the final rename is
+atomic); creating it is the proof that the target can be written, so it is done before any
+work starts. The temporaries of the same target left by a process that is gone (killed with
+SIGKILL, or a power cut: nothing could remove them) are removed then. ``commit()`` renames
+it over the target (``os.replace``): a reader sees the old file or the whole new one, never
+a part. ``discard()`` removes it: a failed or interrupted run leaves no file under the final
+name and no temporary behind. A symbolic link as the target
 is followed (the link stays, its target is replaced); a target that exists but is not a
 regular file (``/dev/null``, a FIFO) is written in place, since it cannot be replaced.
 
@@ -61,6 +63,12 @@ def _same(a: tuple[str, os.stat_result | None], b: tuple[str, os.stat_result | N
     return a[1] is not None and b[1] is not None and os.path.samestat(a[1], b[1])
 
 
+def _discarding(ident: tuple[str, os.stat_result | None]) -> bool:
+    """A character device (``/dev/null``): written in place, and by several outputs alike."""
+    info = ident[1]
+    return info is not None and stat.S_ISCHR(info.st_mode)
+
+
 def check_outputs(inputs: Iterable[Any], outputs: Mapping[str, Any]) -> None:
     """Refuse, before anything is opened, outputs that would destroy an input or each other,
     or that cannot be a file: ``outputs`` maps an option name to a path (``None`` and file
@@ -79,7 +87,7 @@ def check_outputs(inputs: Iterable[Any], outputs: Mapping[str, Any]) -> None:
                 raise UsageError(option, f"{path} is the input log {name}{how}; writing it "
                                  "would destroy the input: choose another file")
         for other_option, other_path, other in seen:
-            if _same(ident, other):
+            if _same(ident, other) and not _discarding(ident):
                 raise UsageError(option, f"{path} is also given as {other_option} "
                                  f"({other_path}); give each output its own file")
         seen.append((option, path, ident))
@@ -114,8 +122,9 @@ class AtomicOutput:
                 self.file: BinaryIO = open(target, "wb", buffering=buffering)
                 return
             folder, name = os.path.split(target)
+            _remove_stale(folder, name)
             while True:
-                temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+                temp = os.path.join(folder, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
                 try:  # the mode as for any new file (umask), or the replaced file's
                     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                                  0o666)
@@ -157,6 +166,42 @@ class AtomicOutput:
             except OSError:
                 pass
             self.temp = None
+
+
+def _remove_stale(folder: str, name: str) -> None:
+    """Remove the temporaries of ``name`` in ``folder`` whose process is gone
+    (``.<name>.<pid>-<random>.tmp``; an older ``.<name>.<random>.tmp`` names no process and
+    is taken as gone). A process that still runs keeps its own."""
+    prefix, suffix = f".{name}.", ".tmp"
+    try:
+        entries = os.listdir(folder or ".")
+    except OSError:
+        return
+    for entry in entries:
+        if not (entry.startswith(prefix) and entry.endswith(suffix)):
+            continue
+        tag = entry[len(prefix):-len(suffix)]
+        pid, dash, rest = tag.partition("-")
+        if dash and pid.isdigit() and _alive(int(pid)):
+            continue
+        if not dash and not (len(tag) == 8 and all(c in "0123456789abcdef" for c in tag)):
+            continue  # not one of ours
+        try:
+            os.unlink(os.path.join(folder, entry))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def open_outputs(targets: Mapping[str, Any]) -> dict[str, AtomicOutput]:

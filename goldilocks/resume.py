@@ -207,6 +207,7 @@ class ReplayCheckpoint:
                 raise UsageError(option, "a checkpointed replay writes its outputs to files "
                                  "(it resumes them); give a file name")
         path = os.fspath(path)
+        AtomicOutput(path, "checkpoint").discard()  # writable: found now, not after the work
         made = {"logs": [[os.path.abspath(p), *_digest(p)] for p in paths],
                 "policy": describe_policy(pol), "options": options,
                 "outputs": {k: os.path.realpath(os.fspath(v))

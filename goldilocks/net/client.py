@@ -226,8 +226,10 @@ class Client:
             raise InputError(f"publish(): batch={batch}; expected 1 to {MAX_BATCH}")
         if not callable(getattr(source, "subscribe", None)):
             if not hasattr(source, "__aiter__"):
+                hint = ("; for events in a list, publish engine.from_iterable(events)"
+                        if hasattr(source, "__iter__") else "")
                 raise TypeError(f"publish(): {type(source).__name__} is neither a publisher "
-                                "nor an async iterable")
+                                f"nor an async iterable{hint}")
             source = from_async_iterable(source, loop=self._loop, capacity=batch)
         publication = Publication(self, device, batch)
         self._on_loop(self._open_publication, publication, source)

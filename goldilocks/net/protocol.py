@@ -21,8 +21,8 @@ output frame). Nothing here logs, and a ``Frame``'s ``repr`` never shows the tok
 >>> frame = decode_frame(encode_request(3, 64))
 >>> frame.type, frame.stream, frame.n
 ('request', 3, 64)
->>> decode_events([["point", 5, None, {"v": 1}]], "A")
-[Event.point(5, payload={'v': 1}, source='A')]
+>>> decode_events([["point", 1_795_334_400_000_000_000, None, {"v": 1}]], "A")
+[Event.point('2026-11-22T08:00:00Z', payload={'v': 1}, source='A')]
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import orjson
 from engine.contracts import MAX_DEMAND
 from engine.errors import GoldilocksError
 from engine.event import CTI, END, INTERVAL, POINT, START, Event
-from engine.times import MAX_TIME, MIN_TIME
+from engine.times import (MAX_TIME, MIN_TIME, TIME_UNITS, UNSCALED_RANGES, format_instant,
+                          looks_unscaled)
 
 __all__ = [
     "VERSION",
@@ -311,6 +312,27 @@ def decode_events(rows: list, source: str | None, *, stream: int = 0,
     return _decode_checked(rows, source, stream, with_source)
 
 
+#: the span of the integers ``looks_unscaled`` refuses (one comparison passes today's ns)
+_UNSCALED_LO = UNSCALED_RANGES[0][1]
+_UNSCALED_HI = UNSCALED_RANGES[-1][2]
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
+
+
+def _unscaled(i: int, stream: int, what: str, value: int) -> ProtocolError | None:
+    """The error for a device's time that is implausible as nanoseconds (TS §1.6: epoch
+    seconds, milliseconds or microseconds, as the event-log readers refuse them), or
+    ``None``."""
+    unit = looks_unscaled(value) if _UNSCALED_LO <= value < _UNSCALED_HI else None
+    if unit is None:
+        return None
+    return _malformed(f"event {i} on stream {stream}: {what} {value} looks like "
+                      f"{_UNIT_WORDS[unit]} since the epoch "
+                      f"({format_instant(value * TIME_UNITS[unit])}), not nanoseconds "
+                      f"({format_instant(value)}); expected integer nanoseconds since the "
+                      "epoch (in Python, Event.point(t) with an int t is nanoseconds: pass "
+                      "t * 10**9, a datetime or ISO-8601 text)", stream)
+
+
 def _decode_device_rows(rows: list, source: str | None) -> list[Event] | None:
     """The hot path of ``decode_events`` for device rows: ``None`` (or an exception) at the
     first row that would be refused, the events otherwise. O(rows), one pass."""
@@ -326,6 +348,8 @@ def _decode_device_rows(rows: list, source: str | None) -> list[Event] | None:
         kind = kinds[kind]
         if start.__class__ is not int or start < MIN_TIME or start > MAX_TIME:
             return None
+        if _UNSCALED_LO <= start < _UNSCALED_HI and looks_unscaled(start):  # TS §1.6
+            return None
         if kind is POINT:
             if start == MAX_TIME:  # TS §1.3: no tick of lifetime left
                 return None
@@ -335,6 +359,8 @@ def _decode_device_rows(rows: list, source: str | None) -> list[Event] | None:
                 return None
         elif kind is INTERVAL:
             if end.__class__ is not int or end <= start or end > MAX_TIME:
+                return None
+            if _UNSCALED_LO <= end < _UNSCALED_HI and looks_unscaled(end):  # TS §1.6
                 return None
         elif end is not None:
             return None
@@ -361,6 +387,10 @@ def _decode_checked(rows: list, source: str | None, stream: int,
         if start.__class__ is not int or not MIN_TIME <= start <= MAX_TIME:
             raise _malformed(f"event {i} on stream {stream}: start {_short(start)}; expected "
                              "an integer of nanoseconds since the epoch (int64)", stream)
+        if not with_source:  # TS §1.6: a device's times, as they enter
+            refused = _unscaled(i, stream, "start", start)
+            if refused is not None:
+                raise refused
         edge = kind is START or kind is END
         # the elements after the payload: the source on the merged output, then an edge's id
         extra = (1 if with_source else 0) + (1 if edge else 0)
@@ -395,6 +425,9 @@ def _decode_checked(rows: list, source: str | None, stream: int,
                 raise _malformed(f"event {i} on stream {stream}: {what} from {start} "
                                  f"with end {_short(end)}; expected an integer end > start",
                                  stream)
+            refused = None if with_source else _unscaled(i, stream, "end", end)  # TS §1.6
+            if refused is not None:
+                raise refused
         elif kind is START:
             if end is not None:
                 raise _malformed(f"event {i} on stream {stream}: a start edge with end "
