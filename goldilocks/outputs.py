@@ -28,6 +28,7 @@ True
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 from typing import Any, BinaryIO, Iterable, Mapping
@@ -36,7 +37,7 @@ from engine.errors import UsageError
 from goldilocks.failpoints import failpoint
 
 __all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path", "Output", "open_sinks",
-           "write_atomic", "open_resumed", "durable", "fsync_dir"]
+           "write_atomic", "open_resumed", "durable", "fsync_dir", "remove_stale_temps"]
 
 
 def is_path(target: Any) -> bool:
@@ -212,22 +213,26 @@ def open_sinks(targets: Mapping[str, Any]) -> list[Output]:
     return [Output(target, atomic.get(option)) for option, target in targets.items()]
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, option: str = "checkpoint") -> None:
+def write_atomic(path: str | os.PathLike, data: bytes, option: str = "checkpoint", *,
+                 failpoints: bool = True) -> None:
     """Replace ``path`` with ``data`` whole (an ``AtomicOutput``), durably: the bytes are
     ``fsync``-ed before the rename and the directory after it, so a reader — or a run after a
     crash, or after a power loss — finds the old file or the new one, never a part. The
     failpoints ``checkpoint.write`` (half the bytes written) and ``checkpoint.rename`` (all
-    written and ``fsync``-ed, not yet renamed) are on this path (``goldilocks.failpoints``)."""
+    written and ``fsync``-ed, not yet renamed) are on this path (``goldilocks.failpoints``),
+    unless ``failpoints`` is False (a file that is not a checkpoint)."""
     out = AtomicOutput(path, option)
     try:
         half = len(data) // 2
         out.file.write(data[:half])
         out.file.flush()
-        failpoint("checkpoint.write")  # a torn write: the old file is still the one in place
+        if failpoints:
+            failpoint("checkpoint.write")  # torn: the old file is still the one in place
         out.file.write(data[half:])
         out.file.flush()
         os.fsync(out.file.fileno())
-        failpoint("checkpoint.rename")
+        if failpoints:
+            failpoint("checkpoint.rename")
     except BaseException:
         out.discard()
         raise
@@ -278,3 +283,25 @@ def durable(file: BinaryIO) -> int:
     file.flush()
     os.fsync(file.fileno())
     return file.tell()
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files an ``AtomicOutput`` of ``path`` left when its process was
+    killed before the rename (``.<name>.<8 hex digits>.tmp`` beside the target); returns
+    their names. Only for a target that no other process is writing."""
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
+    pattern = re.compile(r"^\." + re.escape(name) + r"\.[0-9a-f]{8}\.tmp$")
+    removed = []
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return removed
+    for entry in names:
+        if pattern.match(entry):
+            try:
+                os.unlink(os.path.join(folder, entry))
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed

@@ -311,7 +311,9 @@ class Client:
                 last = err
                 continue
             self.reconnects += 1
-            _log.info("connected again to %s (attempt after: %s)", self.url, reason)
+            _log.info("connected again to %s (the connection had ended: %s)", self.url,
+                      reason)
+            self._reconnecting = None  # connected: publications open their streams now
             self._start()
             for publication in list(self._publications):
                 publication._republish()

@@ -41,7 +41,7 @@ from engine.errors import ClosedError
 from engine.policy import Policy
 from goldilocks.failpoints import failpoint
 from goldilocks.net.ledger import Ledger
-from goldilocks.outputs import write_atomic
+from goldilocks.outputs import remove_stale_temps, write_atomic
 from goldilocks.parts import PartSubscriber, PartWriter
 from operators.checkpoint import CheckpointError, field
 from operators.union import Union
@@ -120,6 +120,9 @@ class Durability:
         out-dir first — and the writers, continuing where the checkpoint (or, without one,
         the out-dir) says."""
         record = None
+        if self.checkpoint is not None:
+            for name in remove_stale_temps(self.checkpoint):  # a write a crash cut short
+                _log.info("%s: removed %s, a checkpoint write cut short", self.name, name)
         if self.checkpoint is not None and os.path.exists(self.checkpoint):
             with open(self.checkpoint, "rb") as f:
                 data = f.read()
@@ -160,7 +163,7 @@ class Durability:
             self.id = secrets.token_hex(8)
             if self.out_dir is not None:  # the out-dir now belongs to this checkpoint
                 write_atomic(os.path.join(self.out_dir, MARKER),
-                             orjson.dumps({"id": self.id}), "--out-dir")
+                             orjson.dumps({"id": self.id}), "--out-dir", failpoints=False)
         self.union = union
         self.started = True
         return union
