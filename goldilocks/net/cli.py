@@ -179,13 +179,13 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"serve: restored from {args.checkpoint}: {len(union.detached())} devices to "
               f"re-attach, output CTI {union.stats().output_cti}, merged stream at "
               f"position {server.stats().position}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before saying it listens: a signal
+        loop.add_signal_handler(sig, stop.set)   # sent as soon as it does stops it in order
     for url in (server.ws_url, server.tcp_url):
         if url:
             print(f"listening on {url}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     ended = await server.close(timeout=shutdown)
     s = server.stats()
