@@ -292,7 +292,7 @@ def remove_stale_temps(path: str | os.PathLike) -> list[str]:
     target = os.path.realpath(path)
     folder, name = os.path.split(target)
     pattern = re.compile(r"^\." + re.escape(name) + r"\.[0-9a-f]{8}\.tmp$")
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(folder or ".")
     except OSError:

@@ -110,7 +110,7 @@ class DeviceStream:
         self.granted = granted
         if self.acked:
             self.conn.write(encode_request(self.id, n))
-        else:  # the acknowledgement: where the device goes on from
+        else:  # the acknowledgement: where the device goes on from (TS §8.4)
             self.acked = True
             self.conn.write(encode_request(self.id, n, self.position))
 

@@ -139,7 +139,7 @@ class Durability:
                 raise CheckpointError(f"{self.checkpoint}: {err}") from None
             record = self._stage.loaded
             assert record is not None
-            self._check(record)
+            self._check(record)  # TS §8.2: nothing touched before it all matches
             self.ledger.load(record["positions"], self.checkpoint)
             self.id = record["id"]
             self.position = self.durable_position = record["position"]
@@ -249,12 +249,12 @@ class Durability:
             self.checkpoints += 1
             writers = [(w, record[k]) for w, k in ((self.events, "events"),
                                                    (self.late, "late")) if w is not None]
-            for writer, rec in writers:  # the checkpoint covers them: publish
+            for writer, rec in writers:  # TS §8.4: published once a checkpoint covers them
                 await asyncio.to_thread(writer.publish_files, rec)
                 writer.published_parts(rec)
             failpoint("part.published")
             self.durable_position = record["position"]
-            self.ledger.committed(record["positions"])
+            self.ledger.committed(record["positions"])  # TS §8.4: durable once on disk
             return record
 
     def _write(self, data: bytes, record: dict[str, Any]) -> None:
