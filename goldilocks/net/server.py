@@ -311,7 +311,10 @@ class Server(PublisherBase):
     async def _commit_every(self, seconds: float) -> None:
         while True:
             await asyncio.sleep(seconds)
-            await self.commit()
+            # Shielded: cancelled at shutdown, a commit under way still ends (its checkpoint
+            # write runs in a thread), and the last commit waits for it, so no older
+            # checkpoint is ever renamed over a newer one.
+            await asyncio.shield(self.commit())
 
     @property
     def ws_url(self) -> str | None:
@@ -384,7 +387,8 @@ class Server(PublisherBase):
                 ended = await bounded(self._until(self._union_done), deadline - loop.time())
                 self.durability.finish()
             if await bounded(self._until(self._output_ended), deadline - loop.time()):
-                await self.commit()  # the last durable frames
+                if self.checkpoint is None:
+                    await self.commit()  # the last durable frames: all is merged now
             else:
                 ended = False
                 for stream in self._streams(OutputStream):

@@ -328,3 +328,75 @@ def test_a_restored_server_whose_devices_never_come_back_stops_in_order(tmp_path
     assert took < 5, took
     assert "1 devices to re-attach" in serve.stderr[1]
     assert position == 20
+
+
+# ---------------------------------------------------------------------- the client's side
+class Counting:
+    """A publisher of endless points that counts what it was asked for."""
+
+    def __init__(self):
+        self.asked = 0
+        self.sent = 0
+
+    def subscribe(self, subscriber):
+        source = self
+
+        class Subscription:
+            def request(self, n):
+                source.asked += n
+                for _ in range(n):
+                    subscriber.on_next(Event.point(T0 + source.sent))
+                    source.sent += 1
+
+            def cancel(self):
+                pass
+
+        subscriber.on_subscribe(Subscription())
+
+
+def test_a_full_outbox_stops_asking_the_local_publisher_until_events_are_durable(tmp_path):
+    async def scenario():
+        server = await start_server(max_policy(), checkpoint=tmp_path / "c.ckpt",
+                                    checkpoint_every=60)
+        client = await connect(server.tcp_url, token=TOKEN)
+        source = Counting()
+        publication = client.publish(source, device="d", batch=64, outbox=256)
+        await until(lambda: publication.stats().outbox == 256)
+        await asyncio.sleep(0.2)  # it stays there: nothing durable, nothing more asked
+        assert source.asked == 256 and publication.stats().outbox_bound == 256
+        assert await server.save_checkpoint()
+        await until(lambda: publication.durable == 256 and source.asked > 256)
+        assert client.stats().unacked <= 256
+        await client.close()
+        await server.close()
+
+    run(scenario())
+
+
+def test_a_publication_fails_only_after_its_reconnect_deadline_saying_what_is_durable():
+    async def scenario():
+        server = await start_server(max_policy())
+        client = await connect(server.tcp_url, token=TOKEN, reconnect=1.0)
+
+        async def forever():
+            i = 0
+            while True:
+                yield Event.point(T0 + i)
+                i += 1
+                if i % 50 == 0:
+                    await asyncio.sleep(0.01)
+
+        publication = client.publish(forever(), device="d")
+        await until(lambda: publication.durable > 0)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await server.close()  # and it never comes back
+        assert await publication.wait(10) == "failed"
+        took = loop.time() - began
+        message = str(publication.error)
+        assert 1.0 <= took < 4, took
+        assert "could not connect again" in message and "within 1.0 s" in message
+        assert f"{publication.durable} events of device 'd' are durable" in message
+        await client.close()
+
+    run(scenario())
