@@ -536,6 +536,7 @@ class Publication:
         self._local_done = False  # the local publisher completed
         self._local_error: BaseException | None = None
         self._complete_sent = False
+        self._name_deadline: float | None = None  # retrying a name the server still holds
         self._done = asyncio.Event()
 
     # ---------------------------------------------------------------- numbers
@@ -755,6 +756,7 @@ class Publication:
     def _acknowledged(self, position: int | None) -> None:
         """The first ``request`` of a stream: the server has ``position`` of this device's
         events (protocol 2); resend the outbox from there."""
+        self._name_deadline = None
         if not self._tracked or position is None:
             self._sent_to = self.position
             return
@@ -814,12 +816,18 @@ class Publication:
             self._detach()
             self._republish()  # at once, on this connection: its ack gives the position
             return
-        if self._tracked and code == "name_in_use" and self.streams > 1:
-            # the server has not yet noticed the lost connection: try again shortly
-            self.client._ended(self)
-            self._detach()
-            self.client._loop.call_later(min(1.0, self.client.timeout), self._republish)
-            return
+        if self._tracked and code == "name_in_use" and self.streams > 1 \
+                and self.client.reconnect is not None:
+            # the server has not yet noticed the lost connection (it will within its idle
+            # timeout): try again shortly, until the reconnect deadline
+            loop = self.client._loop
+            if self._name_deadline is None:
+                self._name_deadline = loop.time() + self.client.reconnect
+            if loop.time() < self._name_deadline:
+                self.client._ended(self)
+                self._detach()
+                loop.call_later(min(1.0, self.client.timeout), self._republish)
+                return
         subscription = self._subscription
         self._finish(FAILED, RemoteError(code, frame.message or "", stream=self.id,
                                          position=frame.position))

@@ -266,4 +266,5 @@ class Session:
             stream.state = FAILED
             stream._stop_watching()
             code = "name_in_use" if isinstance(err, InputError) else "closing"
+            conn.tally.error(code)
             conn.write(encode_error(sid, code, str(err)))

@@ -400,3 +400,74 @@ def test_a_publication_fails_only_after_its_reconnect_deadline_saying_what_is_du
         await client.close()
 
     run(scenario())
+
+
+class Blipper:
+    """A TCP proxy between devices and the server that can lose the devices' connections
+    the way a network blip does: the device side is dropped, while the server side stays
+    open and silent (the server notices only at its idle timeout)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []
+        self.tasks: list[asyncio.Task] = []
+        self.silent: list[asyncio.StreamWriter] = []  # kept: a writer let go closes
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"tcp://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader, writer):
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.pairs.append((writer, up_writer))
+
+        async def pump(src, dst):
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+            except (ConnectionError, OSError):
+                pass
+
+        self.tasks += [asyncio.create_task(pump(reader, up_writer)),
+                       asyncio.create_task(pump(up_reader, writer))]
+
+    def blip(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        self.tasks = []
+        for device_side, server_side in self.pairs:
+            device_side.transport.abort()
+            self.silent.append(server_side)  # kept open and silent
+        self.pairs = []
+
+
+def test_a_network_blip_the_server_notices_late_loses_and_repeats_nothing(tmp_path):
+    """The device connects again at once; the server still holds its stream (name_in_use)
+    until its idle timeout lets the silent connection go; the device keeps trying and goes
+    on from its position."""
+    async def scenario():
+        server = await start_server(max_policy(), out_dir=str(tmp_path), idle_timeout=1.0,
+                                    final_cti=False)
+        proxy = Blipper(server.tcp_address)
+        url = await proxy.start()
+        client = await connect(url, token=TOKEN, keepalive=0.2, reconnect=10)
+        total = 3000
+
+        async def readings():
+            for i in range(total):
+                yield Event.point(T0 + i, {"i": i})
+                if i % 100 == 99:
+                    await asyncio.sleep(0.01)
+
+        publication = client.publish(readings(), device="d", batch=50)
+        await until(lambda: publication.sent > 500)
+        proxy.blip()
+        assert await publication.wait(20) == "completed"
+        assert publication.stats().streams >= 2 and server.stats().errors("name_in_use") >= 1
+        await client.close()
+        await server.close()
+
+    run(scenario())
+    lines = [line for part in sorted(tmp_path.glob("events-*.jsonl"))
+             for line in part.read_text().splitlines()]
+    assert [f'"i":{i}' in line for i, line in enumerate(lines)] == [True] * 3000
