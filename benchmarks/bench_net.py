@@ -17,11 +17,11 @@ the rates mean little without it. Also a codec micro-benchmark (JSON rows as sen
 columnar binary layout) behind the choice of encoding (docs/protocol.md, "Encoding").
 
 ``--part durable`` (also part of the full run): what durability costs. The batched workload
-(16 devices, 1024 events a frame) against a server writing its parts to ``--out-dir``
-without a checkpoint, and with ``--checkpoint`` every second (each checkpoint: the union's
-cut, an ``fsync`` of the parts and of the checkpoint, the parts published, the devices told),
-in one process, alternating: ``--rounds`` rounds of one repetition each after a warm-up; the
-ratio of each round and the median of the ratios. The devices' outboxes are sized to hold a
+(16 devices, 1024 events a frame) against a server writing no files, one writing its parts to
+``--out-dir``, and one doing so with ``--checkpoint`` every second (each checkpoint: the
+union's cut, an ``fsync`` of the parts and of the checkpoint, the parts published, the
+devices told), in one process, in turn: ``--rounds`` rounds of one repetition each after a
+warm-up; the ratios of each round and the median of the ratios. The devices' outboxes are sized to hold a
 whole repetition, so that they measure the server's cost, not the outbox's bound.
 """
 
@@ -193,23 +193,26 @@ def _codec(n: int = 1000, reps: int = 200) -> list[tuple[str, float, float]]:
     return out
 
 
-def _durable(transport: str, events: int, rounds: int) -> list[tuple[float, float]]:
-    """``rounds`` rounds of (without, with a checkpoint every second): one repetition each
-    after a warm-up, in a fresh temporary out-dir each."""
+def _durable(transport: str, events: int, rounds: int) -> list[tuple[float, float, float]]:
+    """``rounds`` rounds of (no files, ``--out-dir`` without a checkpoint, ``--out-dir`` with
+    a checkpoint every second): one repetition each after a warm-up, in a fresh temporary
+    directory each."""
     import tempfile
 
     out = []
     for _ in range(rounds):
-        pair = []
-        for checkpoint in (False, True):
+        rates = []
+        for files, checkpoint in ((False, False), (True, False), (True, True)):
             with tempfile.TemporaryDirectory(prefix="bench-net-") as tmp:
-                options: dict[str, object] = {"out_dir": os.path.join(tmp, "out")}
+                options: dict[str, object] = {}
+                if files:
+                    options["out_dir"] = os.path.join(tmp, "out")
                 if checkpoint:
                     options.update(checkpoint=os.path.join(tmp, "serve.ckpt"),
                                    checkpoint_every=1.0)
-                rates, _ = asyncio.run(_measure(transport, 16, events, 1024, 1, 1, **options))
-                pair.append(rates[0])
-        out.append((pair[0], pair[1]))
+                got, _ = asyncio.run(_measure(transport, 16, events, 1024, 1, 1, **options))
+                rates.append(got[0])
+        out.append((rates[0], rates[1], rates[2]))
     return out
 
 
@@ -255,17 +258,20 @@ def main(argv: list[str] | None = None) -> int:
         rounds = 2 if args.quick else args.rounds
         events = 320_000 // scale
         print()
-        print(f"durability: 16 devices, 1024 events a frame, {events} events, --out-dir; "
-              f"without a checkpoint against --checkpoint-every 1s, {rounds} rounds")
-        print(f"{'transport':9s} {'without ev/s':>13s} {'with ev/s':>13s} {'ratio':>6s}  "
-              "(median of the rounds; the ratio: the median of each round's)  load after")
+        print(f"durability: 16 devices, 1024 events a frame, {events} events; no files, "
+              f"--out-dir, and --out-dir with --checkpoint-every 1s; {rounds} rounds")
+        print(f"{'transport':9s} {'no files':>10s} {'files':>10s} {'checkpoint':>10s} "
+              f"{'ckpt/files':>10s} {'ckpt/none':>9s}  (medians; ratios: the median of each "
+              "round's)  load after")
         for transport in transports:
-            pairs = _durable(transport, events, rounds)
-            print(f"{transport:9s} {statistics.median(p[0] for p in pairs):13,.0f} "
-                  f"{statistics.median(p[1] for p in pairs):13,.0f} "
-                  f"{statistics.median(p[1] / p[0] for p in pairs):6.2f}x  "
-                  f"rounds: {', '.join(f'{p[1] / p[0]:.2f}' for p in pairs)}  {_load()}",
-                  flush=True)
+            rows = _durable(transport, events, rounds)
+            print(f"{transport:9s} {statistics.median(r[0] for r in rows):10,.0f} "
+                  f"{statistics.median(r[1] for r in rows):10,.0f} "
+                  f"{statistics.median(r[2] for r in rows):10,.0f} "
+                  f"{statistics.median(r[2] / r[1] for r in rows):9.2f}x "
+                  f"{statistics.median(r[2] / r[0] for r in rows):8.2f}x  "
+                  f"rounds (ckpt/files): {', '.join(f'{r[2] / r[1]:.2f}' for r in rows)}  "
+                  f"{_load()}", flush=True)
     return 0
 
 
