@@ -1,4 +1,5 @@
-"""``Multicast`` (hot fan-out, paced by the slowest subscriber) and ``transform`` (seed 002).
+"""``Multicast`` (hot fan-out, paced by the slowest subscriber) and ``transform``
+(design.md §6.5).
 
 ``Multicast`` subscribes once upstream and shares every element with all of its current
 subscribers. It keeps one bounded buffer (``capacity`` elements); an element is dropped from it
@@ -33,9 +34,10 @@ falls more than ``capacity`` elements behind is cut off with ``TooSlowError`` (i
 ``position`` says where it was). ``start`` is the absolute index of upstream's first element
 (a stream continued after a restart), ``join_at`` joins at an index still held.
 
-``transform(fn)`` is the seed's transform subject, with backpressure: a processor whose output
-is ``fn(input)``, where ``input`` is a publisher of whatever the processor receives and
-``fn`` may be any stateful pipeline. The output is multicast.
+``transform(fn)`` is the transform subject of the StreamInsight CTI synchronizing subject,
+with backpressure: a processor whose output is ``fn(input)``, where ``input`` is a publisher of
+whatever the processor receives and ``fn`` may be any stateful pipeline. The output is
+multicast.
 """
 
 from __future__ import annotations
@@ -509,7 +511,7 @@ class TransformProcessor(PublisherBase):
 
 
 def transform(fn: Callable[[Publisher], Publisher], *, capacity: int = 256) -> TransformProcessor:
-    """The seed's transform subject: a processor emitting ``fn(input)`` to all subscribers.
+    """The StreamInsight transform subject: a processor emitting ``fn(input)`` to all subscribers.
 
     >>> from engine.sources import from_iterable
     >>> from engine.sinks import collect

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from engine import to_duration_ns
+from engine.times import DurationLike, Nanoseconds, format_duration_ns, to_duration_ns
 from engine.errors import InputError
 from engine.policy import Policy
 from eventlog import CTI as CTI_CODE
@@ -128,7 +128,8 @@ def reason_text(code: int, value: Any = None, kinds: Sequence[str] = ()) -> str:
 
 # -- policy and generator options ---------------------------------------------------------
 
-def build_policy(policy: str | Policy, delay: object, on_late: str, who: str) -> Policy:
+def build_policy(policy: str | Policy, delay: DurationLike | None, on_late: str, who: str
+                 ) -> Policy:
     """The policy object for a name (with the engine's defaults: delay 5 minutes for
     goldilocks, else 0) or a built policy (``delay`` must then be ``None`` or agree)."""
     if isinstance(policy, str):
@@ -144,7 +145,7 @@ def build_policy(policy: str | Policy, delay: object, on_late: str, who: str) ->
                              f"(it has no {attr}()); expected e.g. 'goldilocks' or goldilocks('5m')")
     if delay is not None and to_duration_ns(delay, what=f"{who}: delay") != policy.delay:
         raise InputError(f"{who}: delay={delay!r} disagrees with the given policy's delay "
-                         f"{policy.delay} ns; pass one or the other")
+                         f"{format_duration_ns(policy.delay)}; pass one or the other")
     return policy
 
 
@@ -174,8 +175,10 @@ def build_advance(advance: object, on_late: str, who: str) -> tuple[tuple[str, A
     AdvanceTime(**options)  # the engine's own checks and messages
     every = options.get("every")
     return (("every_events", options.get("every_events")),
-            ("every", None if every is None else to_duration_ns(every, what=f"{who}: every")),
-            ("delay", to_duration_ns(options.get("delay", 0), what=f"{who}: advance delay")),
+            ("every", None if every is None
+             else Nanoseconds(to_duration_ns(every, what=f"{who}: every"))),
+            ("delay", Nanoseconds(to_duration_ns(options.get("delay", 0),
+                                                 what=f"{who}: advance delay"))),
             ("on_late", options["on_late"]))
 
 
@@ -236,8 +239,10 @@ class StageSpec:
 
     def fingerprint(self) -> str:
         """What the state depends on: a restart with other options must not reuse it."""
+        advance = None if self.advance is None else tuple(
+            (k, int(v) if isinstance(v, Nanoseconds) else v) for k, v in self.advance)
         return repr((self.plan, repr(self.policy), self.policy.delay, self.policy.on_late,
-                     self.advance, self.group_cols, self.kind_col is not None))
+                     advance, self.group_cols, self.kind_col is not None))
 
     def new_generator(self) -> AdvanceTime:
         return AdvanceTime(**dict(self.advance))  # type: ignore[arg-type]

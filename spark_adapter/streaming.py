@@ -1,4 +1,4 @@
-"""The watermarking stage: a better ``withWatermark`` for any DataFrame (DESIGN §8).
+"""The watermarking stage: a better ``withWatermark`` for any DataFrame (design.md §11).
 
 ``watermark_stage(readings, delay="30 seconds", time_col="ts", source_col="device_id",
 state_dir=...)`` takes a user's own stream — a timestamp column, a device column, no CTIs —
@@ -43,6 +43,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
 
 from engine.errors import InputError
 from engine.policy import Policy
+from engine.times import DurationLike
 from eventlog import time_scale
 from spark_adapter.session import use_driver_python
 from spark_adapter.stage_jvm import jvm_refusal, jvm_stage
@@ -295,7 +296,8 @@ def _task_function(spec: StageSpec) -> Any:
     return decide
 
 
-def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, source_col: str,
+def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_col: str,
+                    source_col: str,
                     kind_col: str | None = None, advance: dict | None = None,
                     policy: str | Policy = "goldilocks", on_late: str = "drop",
                     group_col: str | Sequence[str] | None = None,
@@ -315,7 +317,8 @@ def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, sourc
     as ``time_col``; null: a point).
 
     ``delay``: how long the merged CTI waits for the slowest clock: ``"30 seconds"``,
-    ``"5m"``, ``"PT5M"``, int ns, ``timedelta`` (``None``: 5 minutes for goldilocks).
+    ``"5m"``, ``"PT5M"``, a ``timedelta``, a number of seconds (``engine.times.DurationLike``;
+    ``None``: 5 minutes for goldilocks).
     ``policy``: ``"goldilocks"``, ``"max"``, ``"min"`` (over live sources), or any policy
     object (``operators.goldilocks(delay, …)``, a third party's). ``on_late``: ``"drop"`` or
     ``"adjust"`` (clip a late interval that still overlaps).

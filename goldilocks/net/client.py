@@ -56,6 +56,7 @@ from engine.executors import LoopExecutor, as_executor
 from engine.sinks import PublisherBase
 from engine.sources import failed, from_async_iterable
 from engine.subscription import BufferedSubscription, check_subscriber
+from engine.times import DurationLike, to_seconds
 from engine.violations import report_violation
 
 from goldilocks.net.protocol import (
@@ -140,18 +141,25 @@ class _Fatal(Exception):
 
 
 async def connect(url: str, *, token: str | None, max_frame: int = DEFAULT_MAX_FRAME,
-                  timeout: float = 10.0, keepalive: float | None = None,
-                  reconnect: float | None = DEFAULT_RECONNECT) -> Client:
+                  timeout: DurationLike = 10.0, keepalive: DurationLike | None = None,
+                  reconnect: DurationLike | None = DEFAULT_RECONNECT) -> Client:
     """Connect to ``ws://HOST:PORT`` or ``tcp://HOST:PORT`` and set up (version, token).
 
     Raises ``RemoteError`` when the server refuses the setup (``code`` ``unauthorized``,
-    ``unsupported_version``, ``too_many``). ``keepalive``: seconds between keepalive frames
-    (default: what the server advises, a third of its idle timeout; 0 disables them).
-    ``reconnect``: seconds to keep trying to connect again when the connection is lost,
-    publications resuming where the server's positions say (``None`` or 0: a lost
-    connection fails them, as a protocol-1 server's always does). Speaks protocol 2, and 1
-    to a server that speaks only that.
+    ``unsupported_version``, ``too_many``). ``timeout``: for connecting and setting up.
+    ``keepalive``: the time between keepalive frames (default: what the server advises, a
+    third of its idle timeout; 0 disables them). ``reconnect``: how long to keep trying to
+    connect again when the connection is lost, publications resuming where the server's
+    positions say (``None`` or 0: a lost connection fails them, as a protocol-1 server's
+    always does). All are durations (``engine.times.DurationLike``: ``"10s"``, a
+    ``timedelta``, or a number of seconds). Speaks protocol 2, and 1 to a server that speaks
+    only that.
     """
+    timeout = to_seconds(timeout, what="connect: timeout")
+    if keepalive is not None:
+        keepalive = to_seconds(keepalive, what="connect: keepalive")
+    if reconnect is not None:
+        reconnect = to_seconds(reconnect, what="connect: reconnect")
     client = Client(url, token, max_frame, timeout, reconnect)
     await client._connect()
     client._keepalive_every = keepalive

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.times import Nanoseconds
 from operators import goldilocks, max_policy, min_policy
 from spark_support import READINGS_SCHEMA, random_readings, write_readings
 from stage_reference import engine_stage
@@ -82,7 +83,7 @@ def test_readings_in_arrival_order_equal_the_engine(spark, tmp_path, advance, na
                              advance=advance, state_dir=str(tmp_path / "state"))
     query = run_query(staged, name, tmp_path / "ck")
     assert [p["numInputRows"] for p in query.recentProgress][:4] == [12, 12, 12, 12]
-    adv = {"every_events": 1} if advance is None else {"every": 10 * 10**9}
+    adv = {"every_events": 1} if advance is None else {"every": Nanoseconds(10 * 10**9)}
     run = engine_stage(batches, policy=goldilocks("5s"), advance=adv, arrival=True)
     want = expected(run, batches)
     assert want[1], "some readings are late, so the comparison can fail"
@@ -259,7 +260,7 @@ def test_clock_groups_publish_the_minimum_and_spark_drops_no_on_time_row(spark, 
     assert late == 0  # each site keeps its own clock: none of these readings is late
 
     run = engine_stage(batches, policy=goldilocks("2s"),
-                       advance={"every_events": 1, "delay": 20 * S})
+                       advance={"every_events": 1, "delay": Nanoseconds(20 * S)})
     slowest = min(run.ended[-1].values())
     watermark = closed.recentProgress[-1]["eventTime"]["watermark"]
     from datetime import datetime

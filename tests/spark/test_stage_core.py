@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.errors import InputError
+from engine.times import Nanoseconds
 from operators import goldilocks, max_policy, min_policy
 from spark_adapter.stage_core import StageState, fold, new_decider
 from spark_adapter.stage_rows import read_rows
@@ -127,10 +128,13 @@ def micro_batches(draw, kinds: bool, ends: bool, groups: bool):
     return batches
 
 
-POLICIES = [goldilocks(0), goldilocks(3 * S), goldilocks(2 * S, "adjust"), max_policy(),
+POLICIES = [goldilocks(0), goldilocks(Nanoseconds(3 * S)), goldilocks(Nanoseconds(2 * S), "adjust"),
+            max_policy(),
             min_policy(), min_policy("adjust")]
-ADVANCES = [{"every_events": 1}, {"every_events": 1, "delay": 2 * S}, {"every_events": 2},
-            {"every_events": 3, "delay": S}, {"every": 4 * S}, {"every": 3 * S, "delay": S}]
+ADVANCES = [{"every_events": 1}, {"every_events": 1, "delay": Nanoseconds(2 * S)},
+            {"every_events": 2}, {"every_events": 3, "delay": Nanoseconds(S)},
+            {"every": Nanoseconds(4 * S)},
+            {"every": Nanoseconds(3 * S), "delay": Nanoseconds(S)}]
 
 
 def _compare(spec, batches, policy, advance, seed, arrival=False):
@@ -208,7 +212,8 @@ def test_clock_groups_run_apart_and_the_published_watermark_is_safe(data, seed):
 
 
 def test_the_seed_example_through_the_sequential_plan():
-    """DESIGN §5's example as CTI-carrying rows in arrival order: B's insert@1 is late at 3."""
+    """design.md §4.2's worked example as CTI-carrying rows in arrival order: B's insert@1 is
+    late at 3."""
     m = 60 * S
     rows = [Row(0, "A", 5 * m), Row(1, "B", 0), Row(2, "A", 5 * m, "cti"),
             Row(3, "B", 0, "cti"), Row(4, "A", 7 * m), Row(5, "A", 8 * m, "cti"),
@@ -273,7 +278,8 @@ def test_cases_the_properties_found(case):
         batches = [[Row(0, "A", 2 * S, group=("north",)), Row(1, "A", 0, group=("north",))],
                    [Row(2, "B", S, group=("south",))], [Row(3, "C", 0, group=("south",))]]
     else:  # the merge clipped an interval; the generator saw it unclipped
-        policy, advance, groups = goldilocks(2 * S, "adjust"), {"every_events": 1}, False
+        policy = goldilocks(Nanoseconds(2 * S), "adjust")
+        advance, groups = {"every_events": 1}, False
         batches = [[Row(0, "B", 3 * S)], [Row(1, "A", 0), Row(2, "A", 0, end=2 * S)],
                    [Row(3, "A", 0)]]
     spec = _spec(policy, {**advance, "on_late": policy.on_late}, kinds=case == "leave",
