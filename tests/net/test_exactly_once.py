@@ -27,13 +27,16 @@ from tests.net.serveproc import TOKEN, Serve, check_exactly_once
 MS = 1_000_000
 
 
-async def paced(name: str, total: int, base: int, rate: float = 1000.0):
+async def paced(name: str, total: int, base: int, rate: float = 1000.0,
+                late_every: int = 0):
     """``total`` points at ``rate`` a second (a CTI after every 100th), as a device's
-    sensor would give them; the payload says which device and which reading."""
+    sensor would give them; the payload says which device and which reading. With
+    ``late_every``, every such reading is three minutes old: late, once time has begun."""
     loop = asyncio.get_running_loop()
     began = loop.time()
     for i in range(total):
-        yield Event.point(base + i * MS, {"d": name, "i": i})
+        old = late_every and i % late_every == late_every - 1
+        yield Event.point(base + i * MS - (180_000 * MS if old else 0), {"d": name, "i": i})
         if (i + 1) % 100 == 0:
             yield Event.cti(base + i * MS)
         ahead = (i + 1) / rate - (loop.time() - began)
@@ -60,8 +63,9 @@ def test_every_event_once_in_the_files_across_three_sigkills(tmp_path):
             client = await connect(serve.ws_url if d % 2 else serve.tcp_url, token=TOKEN,
                                    reconnect=30)
             clients.append(client)
-            publications[name] = client.publish(paced(name, total, base), device=name,
-                                                batch=256)
+            publications[name] = client.publish(
+                paced(name, total, base, late_every=10 if d == 7 else 0), device=name,
+                batch=256)
         doc = DocDevice("doc-0", serve.tcp_port, TOKEN, total, base)
         doc_run = asyncio.create_task(doc.run())
         loop = asyncio.get_running_loop()
@@ -88,6 +92,7 @@ def test_every_event_once_in_the_files_across_three_sigkills(tmp_path):
     assert len(restored) == 3, serve.stderr  # every start after a kill continued
     sent = {name: total for name in stats} | {doc.name: total}
     seen = check_exactly_once(serve.out, sent)
+    assert seen["late"] > 500  # lib-7's old readings: in the late parts, each once too
     # each device numbered its events (points and CTIs) and every one of them is durable
     for name, s in stats.items():
         assert s.durable == s.position == total + total // 100 and s.outbox == 0, (name, s)
