@@ -30,14 +30,16 @@ True
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 from typing import Any, BinaryIO, Iterable, Mapping
 
 from engine.errors import UsageError
+from goldilocks.failpoints import failpoint
 
 __all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path", "Output", "open_sinks",
-           "write_atomic"]
+           "write_atomic", "open_resumed", "durable", "fsync_dir", "remove_stale_temps"]
 
 
 def is_path(target: Any) -> bool:
@@ -256,16 +258,95 @@ def open_sinks(targets: Mapping[str, Any]) -> list[Output]:
     return [Output(target, atomic.get(option)) for option, target in targets.items()]
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, option: str = "checkpoint") -> None:
+def write_atomic(path: str | os.PathLike, data: bytes, option: str = "checkpoint", *,
+                 failpoints: bool = True) -> None:
     """Replace ``path`` with ``data`` whole (an ``AtomicOutput``), durably: the bytes are
-    ``fsync``-ed before the rename, so a reader — or a run after a crash — finds the old
-    file or the new one, never a part."""
+    ``fsync``-ed before the rename and the directory after it, so a reader — or a run after a
+    crash, or after a power loss — finds the old file or the new one, never a part. The
+    failpoints ``checkpoint.write`` (half the bytes written) and ``checkpoint.rename`` (all
+    written and ``fsync``-ed, not yet renamed) are on this path (``goldilocks.failpoints``),
+    unless ``failpoints`` is False (a file that is not a checkpoint)."""
     out = AtomicOutput(path, option)
     try:
-        out.file.write(data)
+        half = len(data) // 2
+        out.file.write(data[:half])
+        out.file.flush()
+        if failpoints:
+            failpoint("checkpoint.write")  # torn: the old file is still the one in place
+        out.file.write(data[half:])
         out.file.flush()
         os.fsync(out.file.fileno())
+        if failpoints:
+            failpoint("checkpoint.rename")
     except BaseException:
         out.discard()
         raise
     out.commit()
+    fsync_dir(out.target)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """``fsync`` the directory holding ``path``, so that a rename or a removal in it
+    survives a power loss (a file's own ``fsync`` does not cover its name)."""
+    folder = os.path.dirname(os.path.realpath(path)) or "."
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # a file system that cannot open directories (rare): nothing more to do
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def open_resumed(path: str, length: int | None, option: str) -> BinaryIO:
+    """The output file under its fixed name ``path``, to be appended to: created empty
+    (``length`` None: a fresh start), or cut back to ``length`` bytes — what a checkpoint
+    recorded as durable; whatever was written after it, a torn last line included, is
+    dropped (TS §8.3). The caller has checked that the file holds at least ``length``
+    bytes. Errors are ``UsageError(option, …)`` naming the file."""
+    try:
+        if length is None:
+            return open(path, "wb")
+        file = open(path, "r+b")
+        try:
+            file.truncate(length)
+            file.seek(length)
+        except BaseException:
+            file.close()
+            raise
+        return file
+    except OSError as err:
+        raise UsageError(option, f"cannot write {path}: {err.strerror or err}") from err
+
+
+def durable(file: BinaryIO) -> int:
+    """Flush ``file`` and ``fsync`` it; the length written (the position to record in a
+    checkpoint: the bytes up to it survive a crash)."""
+    file.flush()
+    os.fsync(file.fileno())
+    return file.tell()
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files an ``AtomicOutput`` of ``path`` left when its process was
+    killed before the rename (``.<name>.<8 hex digits>.tmp`` beside the target); returns
+    their names. Only for a target that no other process is writing."""
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
+    pattern = re.compile(r"^\." + re.escape(name) + r"\.[0-9a-f]{8}\.tmp$")
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return removed
+    for entry in names:
+        if pattern.match(entry):
+            try:
+                os.unlink(os.path.join(folder, entry))
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed

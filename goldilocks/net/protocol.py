@@ -63,6 +63,7 @@ __all__ = [
     "encode_complete",
     "encode_error",
     "encode_keepalive",
+    "encode_durable",
     "event_row",
     "LENGTH",
     "length_prefix",
@@ -77,8 +78,10 @@ __all__ = [
 ]
 
 #: The protocol version this code speaks; ``setup`` names it, the server refuses others.
-VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+#: Version 2 adds the ``durable`` frame (positions: ``docs/protocol.md``, "Exactly once");
+#: a version-1 connection never gets one, and everything else is the same.
+VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 #: Largest frame either side accepts by default, in bytes (1 MiB).
 DEFAULT_MAX_FRAME = 1 << 20
 #: Most events in one ``next`` frame.
@@ -102,7 +105,7 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 
 FRAME_TYPES = ("setup", "ok", "publish", "subscribe", "request", "cancel", "next", "complete",
-               "error", "keepalive")
+               "error", "keepalive", "durable")
 _CONNECTION_TYPES = frozenset({"setup", "ok", "keepalive"})
 #: The kinds the device rows' fast path takes (rows of four elements); edges take the checked
 #: path, which knows them all.
@@ -141,13 +144,17 @@ class ProtocolError(GoldilocksError):
 
 
 class RemoteError(GoldilocksError):
-    """The peer sent an ``error`` frame: ``code`` and the peer's message, verbatim."""
+    """The peer sent an ``error`` frame: ``code`` and the peer's message, verbatim;
+    ``position``, when the frame has one: where to take the stream up again from
+    (``too_slow``, ``gap``, ``closing``)."""
 
-    def __init__(self, code: str, message: str, *, stream: int = 0) -> None:
+    def __init__(self, code: str, message: str, *, stream: int = 0,
+                 position: int | None = None) -> None:
         super().__init__(f"remote error {code!r} on stream {stream}: {message}")
         self.code = code
         self.stream = stream
         self.remote_message = message
+        self.position = position
 
 
 class ConnectionLost(GoldilocksError):
@@ -158,7 +165,7 @@ class Frame:
     """One decoded frame. Fields not used by its ``type`` are ``None``."""
 
     __slots__ = ("type", "stream", "n", "device", "events", "code", "message", "version",
-                 "token", "info", "size")
+                 "token", "info", "size", "position", "first")
 
     def __init__(self, type: str, stream: int = 0) -> None:
         self.type = type
@@ -172,6 +179,8 @@ class Frame:
         self.version: int | None = None
         self.token: str | None = None
         self.info: dict | None = None
+        self.position: int | None = None  # request (the publish acknowledgement), durable
+        self.first: int | None = None     # ``from``: next (its first event), subscribe
 
     def __repr__(self) -> str:
         extra = ""
@@ -185,6 +194,10 @@ class Frame:
             extra += f", code={self.code!r}"
         if self.version is not None:
             extra += f", version={self.version}"
+        if self.position is not None:
+            extra += f", position={self.position}"
+        if self.first is not None:
+            extra += f", from={self.first}"
         if self.token is not None:
             extra += ", token=<redacted>"
         return f"Frame({self.type!r}, stream={self.stream}{extra})"
@@ -202,6 +215,18 @@ def _field(obj: dict, name: str, kind: type, what: str, frame_type: str,
     if value.__class__ is not kind:
         raise _malformed(f"{frame_type} frame: field {name!r} is {type(value).__name__} "
                          f"{_short(value)}; expected {what}", stream)
+    return value
+
+
+def _count(obj: dict, name: str, frame_type: str, stream: int, what: str) -> int | None:
+    """An optional count field (``from``, ``position``): ``None`` when absent, else an
+    integer from 0 to 2**63 - 1."""
+    value = obj.get(name)
+    if value is None:
+        return None
+    if value.__class__ is not int or not 0 <= value <= MAX_DEMAND:
+        raise _malformed(f"{frame_type} frame on stream {stream}: {name!r} is "
+                         f"{_short(value)}; expected {what} (an integer >= 0)", stream)
     return value
 
 
@@ -260,12 +285,23 @@ def decode_frame(data: bytes | bytearray | memoryview | str,
             raise _malformed(f"next frame on stream {stream}: {len(events)} events; expected "
                              f"at most {MAX_BATCH} per frame", stream)
         frame.events = events
+        frame.first = _count(obj, "from", ftype, stream, "the number of its first event")
     elif ftype == "request":
         n = _field(obj, "n", int, "an integer n >= 1", ftype, stream)
         if n < 1:  # RS §3.9 on the wire: non-positive requests are illegal
             raise ProtocolError("malformed", f"request frame on stream {stream}: n={n}; "
                                 "expected n >= 1", stream=stream, rule="RS §3.9")
         frame.n = n if n < MAX_DEMAND else MAX_DEMAND  # RS §3.17: saturate
+        frame.position = _count(obj, "position", ftype, stream,
+                                "how many of the device's events the server has")
+    elif ftype == "durable":
+        frame.position = _count(obj, "position", ftype, stream, "a position")
+        if frame.position is None:
+            raise _malformed(f"durable frame on stream {stream}: missing field 'position'; "
+                             "expected an integer >= 0", stream)
+    elif ftype == "subscribe":
+        frame.first = _count(obj, "from", ftype, stream,
+                             "the position of the merged stream to start from")
     elif ftype == "publish":
         device = _field(obj, "device", str, "a device name (a non-empty string)", ftype, stream)
         if not device or len(device) > MAX_NAME:
@@ -279,6 +315,7 @@ def decode_frame(data: bytes | bytearray | memoryview | str,
             raise _malformed(f"error frame: 'message' is {type(message).__name__}; expected "
                              "a string", stream)
         frame.message = message
+        frame.position = _count(obj, "position", ftype, stream, "a position")
     elif ftype == "setup":
         frame.version = _field(obj, "version", int, "the protocol version (an integer)", ftype)
         token = obj.get("token")
@@ -627,29 +664,44 @@ def encode_publish(stream: int, device: str) -> bytes:
     return _dumps({"type": "publish", "stream": stream, "device": device})
 
 
-def encode_subscribe(stream: int) -> bytes:
-    return _dumps({"type": "subscribe", "stream": stream})
+def encode_subscribe(stream: int, first: int | None = None) -> bytes:
+    """``first``: the position of the merged stream to start from (``from``)."""
+    if first is None:
+        return _dumps({"type": "subscribe", "stream": stream})
+    return _dumps({"type": "subscribe", "stream": stream, "from": first})
 
 
-def encode_request(stream: int, n: int) -> bytes:
-    return b'{"type":"request","stream":%d,"n":%d}' % (stream, n)
+def encode_request(stream: int, n: int, position: int | None = None) -> bytes:
+    """``position``: on the publish acknowledgement, how many of the device's events the
+    server has."""
+    if position is None:
+        return b'{"type":"request","stream":%d,"n":%d}' % (stream, n)
+    return b'{"type":"request","stream":%d,"n":%d,"position":%d}' % (stream, n, position)
+
+
+def encode_durable(stream: int, position: int) -> bytes:
+    return b'{"type":"durable","stream":%d,"position":%d}' % (stream, position)
 
 
 def encode_cancel(stream: int) -> bytes:
     return b'{"type":"cancel","stream":%d}' % stream
 
 
-def encode_next(stream: int, events: list[Event], with_source: bool = False) -> bytes:
+def encode_next(stream: int, events: list[Event], with_source: bool = False,
+                first: int | None = None) -> bytes:
     """A ``next`` frame for ``events`` (one or a batch); rows as ``event_row`` makes them
-    (a point's end is ``null``). Raises ``orjson.JSONEncodeError`` for a payload nested
-    deeper than the encoder goes (see ``MAX_DEPTH``)."""
+    (a point's end is ``null``); ``first``: the number (a device's) or position (the merged
+    stream's) of the first event, as ``from``. Raises ``orjson.JSONEncodeError`` for a
+    payload nested deeper than the encoder goes (see ``MAX_DEPTH``)."""
     if with_source:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
                 if e.id is None else event_row(e, True) for e in events]
     else:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload]
                 if e.id is None else event_row(e) for e in events]
-    return _dumps({"type": "next", "stream": stream, "events": rows})
+    if first is None:
+        return _dumps({"type": "next", "stream": stream, "events": rows})
+    return _dumps({"type": "next", "stream": stream, "from": first, "events": rows})
 
 
 def encode_next_raw(stream: int, rows: list) -> bytes:
@@ -661,8 +713,13 @@ def encode_complete(stream: int) -> bytes:
     return b'{"type":"complete","stream":%d}' % stream
 
 
-def encode_error(stream: int, code: str, message: str) -> bytes:
-    return _dumps({"type": "error", "stream": stream, "code": code, "message": message})
+def encode_error(stream: int, code: str, message: str, position: int | None = None) -> bytes:
+    """``position``: where the stream was, for a stream that may be taken up again from
+    there (``too_slow``, ``gap``)."""
+    if position is None:
+        return _dumps({"type": "error", "stream": stream, "code": code, "message": message})
+    return _dumps({"type": "error", "stream": stream, "code": code, "message": message,
+                   "position": position})
 
 
 _KEEPALIVE = b'{"type":"keepalive"}'

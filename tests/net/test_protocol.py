@@ -14,6 +14,7 @@ from engine.event import Event
 from engine.times import MAX_TIME
 from goldilocks.net.protocol import (
     MAX_BATCH,
+    VERSION,
     ProtocolError,
     decode_events,
     decode_frame,
@@ -46,7 +47,7 @@ def test_every_frame_round_trips():
     assert (err.code, err.message, err.stream) == ("overrun", "too many", 0)
     assert decode_frame(encode_keepalive()).type == "keepalive"
     setup = decode_frame(encode_setup("secret-token"))
-    assert setup.token == "secret-token" and setup.version == 1
+    assert setup.token == "secret-token" and setup.version == VERSION
     assert decode_frame(encode_ok(1, max_frame=10)).info == {"max_frame": 10}
 
 
