@@ -32,12 +32,16 @@ late-NNNNNN.jsonl) for Spark, and can be subscribed to remotely; a subscriber mo
 from its position. With --checkpoint, every event a device sends is in the parts exactly
 once across a crash: devices are told as their events become durable, and resend from their
 position after a restart (docs/checkpoint.md). Stops on SIGINT or SIGTERM: inputs are
-removed, the last parts published (with --checkpoint: after the last checkpoint). Prints 'listening on URL' per
-transport on stdout, and a summary on stderr at the end. Exit status: 0 after a stop in
-order; 1 if the output had not ended within --shutdown-timeout (remote subscribers still
-behind were cut off; the last file part may lack events) or on a token file it cannot use;
-2 on a usage error (a bad address, duration, delay or policy) or without the 'net' extra.
-Protocol: docs/protocol.md.
+removed, the last parts published (with --checkpoint: after the last checkpoint); a second
+signal exits at once, as a crash would. Prints 'listening on URL' per transport on stdout.
+Logs on stderr (--log-level, --log-format text|json): connections, refusals, devices joining,
+leaving, going idle and lagging, a status line every --status-every; at the end a summary
+per device. Exit status: 0 after a stop in order; 1 if the output had not ended within
+--shutdown-timeout (remote subscribers still behind were cut off; the last file part may
+lack events), on a token file it cannot use or an address it cannot listen on; 2 on a usage
+error (a bad address, duration, delay or policy, an --out-dir it cannot create) or without
+the 'net' extra; 130 (SIGINT) or 143 (SIGTERM) after a forced exit. Protocol and what is
+logged: docs/protocol.md, "Server".
 
 example:
   goldilocks serve --listen 127.0.0.1:8765 --tcp 127.0.0.1:8766 --token-file tokens.txt \\
