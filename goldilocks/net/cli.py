@@ -262,10 +262,15 @@ def _force(sig: int, args: argparse.Namespace) -> None:
     os._exit(128 + sig)
 
 
+#: Rows of the summary table at most (the devices with the most late events first).
+_TABLE_ROWS = 50
+
+
 def _summary(server, watch, args: argparse.Namespace) -> None:
     """The summary at the end: one line of totals, then one row per device — this run's
     counts; after a restore, what the checkpoint carried is said apart. Text: the line and a
-    table on stderr. JSON: one ``summary`` record and one ``device`` record per device."""
+    table on stderr (at most ``_TABLE_ROWS`` rows: those with the most late events). JSON:
+    one ``summary`` record and one ``device`` record per device."""
     from engine.times import MAX_TIME, format_duration_ns
     from goldilocks.net.watch import LOG, summarize
 
@@ -325,7 +330,9 @@ def _summary(server, watch, args: argparse.Namespace) -> None:
     for col in columns:
         table.add_column(col, justify="left" if col in ("device", "state", "last CTI")
                          else "right")
-    for total, run in rows:
+    shown = sorted(rows, key=lambda r: -(r[1].dropped + r[1].adjusted))[:_TABLE_ROWS] \
+        if len(rows) > _TABLE_ROWS else rows
+    for total, run in shown:
         table.add_row(run.name, run.state, str(run.received), str(run.emitted),
                       str(run.dropped), str(run.adjusted), str(run.ctis),
                       "—" if run.last_cti is None else _instant(run.last_cti),
@@ -333,6 +340,9 @@ def _summary(server, watch, args: argparse.Namespace) -> None:
                       *([str(total.received - run.received)] if c is not None else []))
     console = Console(file=sys.stderr, width=None if sys.stderr.isatty() else 160)
     console.print(table)
+    if len(shown) < len(rows):
+        console.print(f"{len(rows) - len(shown)} more devices, none with more late events "
+                      "(--log-format json lists every device)", highlight=False)
 
 
 def _run(args: argparse.Namespace) -> int:
