@@ -91,7 +91,12 @@ def _record(names: list[str], cells: list[str]) -> tuple[dict[str, Any], tuple[s
             try:
                 obj[name] = orjson.loads(text)
             except orjson.JSONDecodeError as err:
-                return obj, (f"not valid JSON text: {err}", "payload")
+                hint = ""
+                if '\\"' in text or text.endswith("\\"):  # a quote escaped by a backslash
+                    hint = ("; the cell holds \\\" where CSV doubles a quote (\"\"): Spark "
+                            "writes CSV with backslash escapes unless told, so write it with "
+                            ".option('escape', '\"')")
+                return obj, (f"not valid JSON text: {err}{hint}", "payload")
         else:
             obj[name] = text
     return obj, None
@@ -185,7 +190,7 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
     quoted cell that runs past the span's end (a newline inside quotes, where the file was
     cut) is refused with the record's line: the span after it would begin inside it."""
     span = st.span
-    with open(st.path, "rb") as f:
+    with st.open() as f:
         blocks = (_blocks(f, on_bytes, span.stop) if span.start == 0
                   else _blocks(f, None))  # a later span: the header only, from here
 
@@ -208,8 +213,9 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
         if header is None:
             return
         names = [h.strip() for h in header]
+        restored = {name for name, _ in st.file.fields} if st.file is not None else set()
         for required in ("source", "kind", "start"):
-            if required not in names:
+            if required not in names and required not in restored:
                 raise st.error(1, f"header has no {required!r} column; expected at least "
                                "source, kind, start", required)
         if span.start:  # a later span: its own bytes, numbered from its first line

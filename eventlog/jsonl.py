@@ -89,8 +89,10 @@ def read_jsonl(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterato
     left = None if span.stop is None else span.stop - span.start  # bytes still to read
     # Each block is read into a fresh buffer after the previous block's unfinished line, with
     # room for the scanner's padding, so the scanner works on it in place: no copies.
-    with open(st.path, "rb", buffering=0) as f:
-        f.seek(span.start)
+    f: Any
+    with (st.open() if st.file is not None else open(st.path, "rb", buffering=0)) as f:
+        if span.start:
+            f.seek(span.start)
         rest = b""
         line = span.first_line
         while True:

@@ -9,7 +9,6 @@ pyarrow decodes it from.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -78,20 +77,31 @@ def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Itera
         raise InputError(f"{st.path}: reading Parquet needs pyarrow (pip install "
                          "'goldilocks[parquet]')") from err
     try:
-        pf = pq.ParquetFile(st.path)
+        pf = pq.ParquetFile(st.open() if st.file is not None else st.path)
     except Exception as err:
         raise st.error(1, f"not a readable Parquet file: {err}") from err
     if on_bytes is not None:
-        on_bytes(os.path.getsize(st.path))
+        on_bytes(st.size())
     names = set(pf.schema_arrow.names)
+    restored = {name for name, _ in st.file.fields} if st.file is not None else set()
     for required in ("source", "kind", "start"):
-        if required not in names:
+        if required not in names and required not in restored:
             raise st.error(1, f"no {required!r} column; expected at least source, kind, start",
                            required)
+    for name in ("payload", "id"):
+        if name in names:
+            t = pf.schema_arrow.field(name).type
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
+                raise st.error(1, f"the {name} column is {t}; expected JSON text (a string "
+                               f"column): write it with to_json, e.g. "
+                               f"df.withColumn({name!r}, F.to_json({name!r}))", name)
     wanted = [c for c in _COLUMNS if c in names]
     row = 0
     for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=wanted):
         n = batch.num_rows
+        for name, value in st.file.fields if st.file is not None else ():
+            if name not in names:  # a partition folder's field, as a column of the batch
+                batch = batch.append_column(name, pa.array([value] * n, pa.string()))
         fast = fast_columns(Block("parquet", batch, n, row + 1, st)) if n else None
         if fast is not None:
             yield fast
