@@ -64,7 +64,7 @@ def test_a_directory_reads_its_log_files_by_name_and_skips_hidden_ones(spark, tm
     write_log(tmp_path / "b.csv", [{"source": "B", "kind": "insert", "start": 2}])
     write_log(tmp_path / "a.jsonl", [{"source": "A", "kind": "insert", "start": 1}])
     (tmp_path / ".a-000001.jsonl.tmp").write_text("{broken\n")
-    (tmp_path / "notes.txt").write_text("not a log\n")
+    (tmp_path / "_SUCCESS").write_text("")
     rows = read_event_log(spark, tmp_path).orderBy("file_index").collect()
     assert [(r["source"], r["file_index"]) for r in rows] == [("A", 0), ("B", 1)]
 
