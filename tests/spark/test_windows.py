@@ -252,3 +252,7 @@ def test_a_non_string_payload_key_fails_naming_it(spark):
     (row,) = windows(ok, window=10, key="k", clock=None, aggregates=["sum:x"]).collect()
     assert (row["start"], row["end"], row["key"], row["count"], row["sum_x"]) == \
         (0, 10, "p", 1, 2.0)
+    # a misspelled field is in no insert: an error naming it, not a column of nulls
+    with pytest.raises(Exception, match="mean:celcius: no insert of any window has a "
+                                        "numeric payload field 'celcius'"):
+        windows(ok, window=10, key="k", clock=None, aggregates=["mean:celcius"]).collect()
