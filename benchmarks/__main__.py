@@ -4,7 +4,8 @@
     python -m benchmarks --quick         # 100k records, 1M-event memory run
     python -m benchmarks --json out.json # also write the results as JSON
 
-Method and workload: ``benchmarks/README.md``; results and analysis: ``docs/performance.md``.
+Method and workload: ``benchmarks/README.md``; results: ``docs/performance.md``;
+what they decided: ``docs/decisions.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def print_table(rows: list[Row], *, n: int, rounds: int, memory_events: int,
 
     console = Console() if sys.stdout.isatty() else Console(width=150)
     info = machine()
-    table = Table(title=f"Goldilocks benchmarks: {n:,} records, K=4, delay 100, "
+    table = Table(title=f"Goldilocks benchmarks: {n:,} records, K=4, delay 100 ns, "
                         f"median of {rounds} rounds (ratios within each round)")
     for col, justify in (("implementation", "left"), ("", "left"), ("events/s median", "right"),
                          ("min", "right"), ("max", "right"), ("× plain loop", "right"),

@@ -87,6 +87,8 @@ from typing import Callable
 
 import numpy as np
 
+from engine.times import Nanoseconds
+
 MS = 10**6
 S = 10**9
 #: The log's first instant, 2026-11-22: a log of today's times, which the engine's readers
@@ -161,7 +163,7 @@ def bench_replay(spark: object, args: argparse.Namespace) -> None:
     log = make_log(n)
     path = tmp / "log.parquet"
     write_parquet(log, path)
-    delay = 2 * S
+    delay = Nanoseconds(2 * S)
 
     # reference counts: the kernel
     end = log["start"] + 1

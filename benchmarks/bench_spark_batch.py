@@ -38,9 +38,10 @@ from typing import Callable
 
 import numpy as np
 
+from engine.times import Nanoseconds
 from benchmarks.bench_spark import S, make_log, process_cpu, write_parquet
 
-DELAY = 2 * S
+DELAY = Nanoseconds(2 * S)
 EPOCH = 1_795_305_600 * S  # 2026-11-22T00:00:00Z
 MASTERS = ("local[1]", "local[2]")
 SPARK_PLANS = ("scan", "ranges", "bucketed", "global")

@@ -32,10 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.times import Nanoseconds
 from benchmarks.bench_spark import make_log
 from benchmarks.bench_spark_batch import rounds, session
 
-DELAY = 2 * 10**9
+DELAY = Nanoseconds(2 * 10**9)
 MASTERS = ("local[1]", "local[2]")
 CONTENDERS = {"spans": None, "one task": 0}
 

@@ -1,13 +1,13 @@
 """What a Python user would otherwise write: the baselines we measure ourselves against.
 
 None of these is part of the product, and none has backpressure across the whole pipeline or
-a late side output; each applies the same Goldilocks rule (DESIGN §5) to the same workload
+a late side output; each applies the same Goldilocks rule (design.md §4.2) to the same workload
 and counts what it emits and what it finds late, so the harness can check they agree.
 
 - ``plain_loop``: one Python ``for`` loop over the merged list with the rule inlined — the
   per-event ceiling for anything that touches every event in Python.
 - ``rxpy``: four ``Subject``s driven round-robin → ``merge`` → ``scan`` → ``filter`` →
-  ``map``, the idiomatic Rx form of the seed's CTI synchronizing subject (no backpressure).
+  ``map``, the idiomatic Rx form of the StreamInsight CTI synchronizing subject (no backpressure).
 - ``asyncio_queues``: four producer tasks, a bounded ``asyncio.Queue`` each, one consumer.
 - ``thread_queues``: four producer threads on a ``ThreadPoolExecutor``, a bounded
   ``queue.Queue`` each, one consumer (the calling thread).
@@ -59,7 +59,7 @@ def plain_loop(w: Workload) -> tuple[Counts, int]:
 
 
 def step_loop(w: Workload) -> tuple[Counts, int]:
-    """Not a peer: a bare loop calling the product's ``goldilocks(100).step`` per event and
+    """Not a peer: a bare loop calling the product's ``goldilocks("100ns").step`` per event and
     reading its outputs — no merge, no demand, no subscriber. The floor under any per-event
     design built on the step function (an extra row, for the analysis)."""
     from operators.policies import goldilocks

@@ -27,6 +27,7 @@ from typing import Iterable, Iterator, NamedTuple
 import numpy as np
 
 from engine.event import CTI, POINT, Event
+from engine.times import Nanoseconds
 
 __all__ = ["Workload", "Counts", "Columns", "T0", "DELAY", "K", "SKEW", "CTI_EVERY",
            "LATE_FRACTION", "LATE_BY", "SEED"]
@@ -36,7 +37,7 @@ SKEW = 50                    # input i's clock runs i * SKEW ticks ahead of inpu
 CTI_EVERY = 100              # every 100th record of an input is a CTI
 LATE_FRACTION = 0.01         # share of inserts drawn to be late
 LATE_BY = 500                # how early a drawn insert starts
-DELAY = 100                  # Goldilocks delay
+DELAY = Nanoseconds(100)     # Goldilocks delay
 SEED = 20_26_11_22
 T0 = 1_795_334_400_000_000_000  # 2026-11-22T08:00:00Z in ns: realistic epoch times
 _START = attrgetter("start")

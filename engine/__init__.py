@@ -1,6 +1,6 @@
 """Goldilocks engine: a Reactive Streams runtime and the temporal event model.
 
-The documented surface (DESIGN.md §3)::
+The documented surface (design.md §3)::
 
     from engine import (Publisher, Subscriber, Subscription, Processor, MAX_DEMAND,
                         from_iterable, empty, failed, from_async_iterable,
@@ -26,7 +26,8 @@ from engine.sinks import CallbackSubscriber, PublisherBase, collect, iterate
 from engine.sources import empty, failed, from_async_iterable, from_iterable
 from engine.stage import pipe, step_operator
 from engine.subscription import BufferedSubscription, SubscriptionBase
-from engine.times import MAX_TIME, MIN_TIME, format_ns, to_duration_ns, to_ns
+from engine.times import (MAX_TIME, MIN_TIME, DurationLike, Nanoseconds, format_ns,
+                          to_duration_ns, to_ns)
 from engine.violations import collect_violations, report_violation, set_violation_handler
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "MAX_TIME",
     "to_ns",
     "to_duration_ns",
+    "Nanoseconds",
+    "DurationLike",
     "format_ns",
     "GoldilocksError",
     "SpecViolation",

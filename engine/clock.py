@@ -1,4 +1,4 @@
-"""Clocks that operators are given instead of reading the time themselves (STYLE §8).
+"""Clocks that operators are given instead of reading the time themselves (design.md §6.6).
 
 A clock has two methods: ``now() -> int`` (nanoseconds, on its own scale: only differences
 count) and ``call_at(t, fn)``, which calls ``fn()`` once, on some thread, when ``now()``

@@ -1,4 +1,5 @@
-"""``Multicast`` (hot fan-out, paced by the slowest subscriber) and ``transform`` (seed 002).
+"""``Multicast`` (hot fan-out, paced by the slowest subscriber) and ``transform``
+(design.md §6.5).
 
 ``Multicast`` subscribes once upstream and shares every element with all of its current
 subscribers. It keeps one bounded buffer (``capacity`` elements); an element is dropped from it
@@ -26,9 +27,10 @@ its last subscriber leaves (a server's output, which subscribers join and leave)
 it asks upstream for nothing before its first subscriber, and its last subscriber's cancel
 cancels upstream.
 
-``transform(fn)`` is the seed's transform subject, with backpressure: a processor whose output
-is ``fn(input)``, where ``input`` is a publisher of whatever the processor receives and
-``fn`` may be any stateful pipeline. The output is multicast.
+``transform(fn)`` is the transform subject of the StreamInsight CTI synchronizing subject,
+with backpressure: a processor whose output is ``fn(input)``, where ``input`` is a publisher of
+whatever the processor receives and ``fn`` may be any stateful pipeline. The output is
+multicast.
 """
 
 from __future__ import annotations
@@ -447,7 +449,7 @@ class TransformProcessor(PublisherBase):
 
 
 def transform(fn: Callable[[Publisher], Publisher], *, capacity: int = 256) -> TransformProcessor:
-    """The seed's transform subject: a processor emitting ``fn(input)`` to all subscribers.
+    """The StreamInsight transform subject: a processor emitting ``fn(input)`` to all subscribers.
 
     >>> from engine.sources import from_iterable
     >>> from engine.sinks import collect

@@ -1,6 +1,6 @@
 """The time-policy protocol: what every policy provides, and the batch form of its step.
 
-A policy is a pure scan step over a small frozen state (DESIGN §1)::
+A policy is a pure scan step over a small frozen state (design.md §4)::
 
     state = policy.initial()
     state, outputs = policy.step(state, event)     # one arrival; event.source is the input

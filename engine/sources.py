@@ -176,13 +176,13 @@ def failed(error: BaseException) -> _Failed:
 class _AsyncIterableSubscription(BufferedSubscription):
     """Pulls from an async iterator on its loop, never more than requested (RS §1.1).
 
-    ``_wanted`` is the demand not yet pulled for — the permits of seed 003's asynchronous
-    semaphore — plus one element of lookahead, pulled as soon as the subscription starts (as
-    ``from_iterable`` does), so that an empty or failing source terminates without demand and
-    completion follows the last requested element at once. With no permit, or with
-    ``capacity`` pulled elements still waiting for delivery, the puller awaits an
-    ``asyncio.Event`` instead of blocking a thread. The lookahead element is only buffered; it
-    is delivered when requested (RS §1.1). The drain runs on the same loop, so these fields
+    ``_wanted`` is the demand not yet pulled for — the permits of the asynchronous semaphore of
+    the async-semaphore backpressure article — plus one element of lookahead, pulled as soon as
+    the subscription starts (as ``from_iterable`` does), so that an empty or failing source
+    terminates without demand and completion follows the last requested element at once. With no
+    permit, or with ``capacity`` pulled elements still waiting for delivery, the puller awaits
+    an ``asyncio.Event`` instead of blocking a thread. The lookahead element is only buffered;
+    it is delivered when requested (RS §1.1). The drain runs on the same loop, so these fields
     are only touched from the loop's thread.
     """
 

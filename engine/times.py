@@ -5,17 +5,22 @@ duration is an ``int`` of nanoseconds. Conversion happens once, where a value en
 (an ``Event`` constructor, a CLI flag, a log reader) — never on the per-event hot path.
 
 Accepted instants: ``int`` (already nanoseconds), aware ``datetime`` (pendulum ``DateTime``
-included) and ISO-8601 strings with an offset or ``Z``. A naive datetime or a string without
-an offset is refused: a clock that does not say its zone is exactly the skew this project
-exists to contain.
+included) and ISO-8601 strings with an offset (``Z``, ``+01:00``, ``+0100``). A naive
+datetime or a string without an offset is refused: a clock that does not say its zone is
+exactly the skew this project exists to contain.
 
-Accepted durations: ``int`` nanoseconds (also as a string of digits, ``"300000000000"``, as a
-command line gives it), ``timedelta`` (pendulum ``Duration`` included), ISO-8601 (``"PT5M"``,
-``"P1DT2H"``), the compact form ``"5m"``, ``"1h30m"``, ``"250ms"``, ``"1.5s"``, and the
-spelled-out form of Spark's intervals, ``"5 minutes"``, ``"1 hour 30 minutes"``,
-``"interval 10 seconds"`` (every unit word has one meaning: ``m``/``min``/``minute`` is a
-minute, ``ms``/``millisecond`` a millisecond; months and years, whose length varies, are
-refused).
+Accepted durations (``DurationLike``; one rule for the Python API, the command line, the wire
+and Spark): a string with its unit — ISO-8601 (``"PT5M"``, ``"P1DT2H"``), the compact form
+``"5m"``, ``"1h30m"``, ``"250ms"``, ``"1.5s"``, ``"300ns"``, or the spelled-out form of
+Spark's intervals, ``"5 minutes"``, ``"1 hour 30 minutes"``, ``"interval 10 seconds"`` (every
+unit word has one meaning: ``m``/``min``/``minute`` is a minute, ``ms``/``millisecond`` a
+millisecond; months and years, whose length varies, are refused); a ``timedelta`` (pendulum
+``Duration`` included); or a bare ``int``/``float``, which is **seconds**, as in Python's own
+``time.sleep(5)`` and ``asyncio.wait_for(…, 5)`` (a float is rounded to the nanosecond). Code
+that holds integer nanoseconds passes them as ``Nanoseconds(ns)``, an ``int`` that carries its
+unit. A number in a string without a unit (``"300"``) is refused — seconds or nanoseconds? —
+with a message naming the forms (``"0"`` is zero in every unit), and so is a negative
+duration.
 
 An ISO-8601 instant may carry any number of fractional digits; digits past the ninth are
 dropped (the instant is truncated to its nanosecond, the same rule on every path).
@@ -24,8 +29,10 @@ dropped (the instant is truncated to its nanosecond, the same rule on every path
 1000000000
 >>> to_duration_ns("1h30m") == 90 * 60 * 10**9
 True
->>> to_duration_ns("5 minutes") == to_duration_ns("5m") == to_duration_ns("300000000000")
+>>> to_duration_ns("5 minutes") == to_duration_ns("5m") == to_duration_ns(300) == 300 * 10**9
 True
+>>> to_duration_ns(0.25), to_duration_ns(Nanoseconds(250))
+(250000000, 250)
 >>> format_ns(1_500_000_000)
 '1970-01-01T00:00:01.500000000Z'
 >>> format_rfc3339(1_500_000_000)
@@ -35,9 +42,12 @@ True
 from __future__ import annotations
 
 import datetime as _dt
+import math
+import numbers
 import re
+from fractions import Fraction
 from functools import lru_cache
-from typing import Iterable
+from typing import Iterable, TypeAlias
 
 import pendulum
 
@@ -51,10 +61,15 @@ __all__ = [
     "NS_PER_S",
     "to_ns",
     "to_duration_ns",
+    "to_seconds",
+    "Nanoseconds",
+    "DurationLike",
+    "DURATION_FORMS",
     "format_ns",
     "format_rfc3339",
     "fraction_digits",
     "format_duration_ns",
+    "format_instant",
     "TIME_UNITS",
     "PLAUSIBLE_YEARS",
     "UNSCALED_RANGES",
@@ -71,6 +86,36 @@ MIN_TIME = -(2**63)
 MAX_TIME = 2**63 - 1
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+class Nanoseconds(int):
+    """An ``int`` that is a duration already in nanoseconds: ``Nanoseconds(250)`` is 250 ns.
+
+    A bare ``int`` given as a duration means seconds (``DurationLike``); code that holds
+    integer nanoseconds — a policy's ``delay``, a window's size, a checkpoint's fields — hands
+    them on in this type, so the unit travels with the value. Arithmetic gives plain ``int``s.
+
+    >>> to_duration_ns(Nanoseconds(5 * NS_PER_S)) == to_duration_ns(5) == to_duration_ns("5s")
+    True
+    >>> Nanoseconds(300 * NS_PER_S)
+    Nanoseconds(300000000000)
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Nanoseconds({int(self)})"
+
+
+#: What a duration parameter accepts: a string with its unit (``"5m"``, ``"PT5M"``,
+#: ``"5 minutes"``, ``"300ns"``), a ``timedelta``, a bare number of seconds (``5``, ``0.25``),
+#: or ``Nanoseconds(ns)``.
+DurationLike: TypeAlias = "str | _dt.timedelta | int | float"
+
+#: The forms a duration may take, as error messages name them.
+DURATION_FORMS = ("a string with its unit ('300s', '5m', '1h30m', '250ms', '300ns', 'PT5M', "
+                  "'5 minutes'), a timedelta, a number of seconds, or "
+                  "engine.times.Nanoseconds(ns)")
 _UNIT_WORDS = {
     1: ("ns", "nanosecond", "nanoseconds"),
     NS_PER_US: ("us", "µs", "microsecond", "microseconds"),
@@ -84,7 +129,7 @@ _UNIT_WORDS = {
 _UNITS_NS = {word: scale for scale, words in _UNIT_WORDS.items() for word in words}
 #: a number and the unit word after it (spaces allowed between and around them)
 _PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([^\W\d_]+)\s*")
-_DIGITS = re.compile(r"\s*\d+\s*")
+_NUMBER = re.compile(r"\+?\d+(?:\.\d*)?|\+?\.\d+")
 
 
 def _datetime_to_ns(value: _dt.datetime, what: str) -> int:
@@ -167,30 +212,62 @@ def _has_offset(text: str) -> bool:
     return sep >= 0 and bool(_OFFSET.search(text[sep + 1:]))
 
 
-def to_duration_ns(value: object, *, what: str = "duration") -> int:
-    """Convert a duration to integer nanoseconds; negative durations are refused."""
-    if isinstance(value, bool):
-        raise TimeFormatError(f"{what}: {value!r} is a bool; expected a duration")
-    if isinstance(value, int):
+def to_duration_ns(value: DurationLike, *, what: str = "duration") -> int:
+    """Convert a duration (``DurationLike``) to integer nanoseconds.
+
+    A bare ``int`` or ``float`` is seconds (a float rounded to the nanosecond);
+    ``Nanoseconds`` passes through. Refused with a ``TimeFormatError`` naming ``what`` and the
+    accepted forms: a negative duration ("must not be negative"), a number in a string without
+    its unit (``"300"``), NaN and infinities, and a bare number of seconds longer than the
+    ~292 years an ``int64`` of nanoseconds holds (nanoseconds passed as a bare number).
+    """
+    if isinstance(value, Nanoseconds):  # TS §1.5: already nanoseconds
         ns = int(value)
+    elif isinstance(value, bool):
+        raise TimeFormatError(f"{what}: {value!r} is a bool; expected a duration: "
+                              f"{DURATION_FORMS}")
+    elif isinstance(value, numbers.Integral):  # TS §1.5: seconds, as time.sleep takes them
+        ns = int(value) * NS_PER_S
+    elif isinstance(value, numbers.Real):
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise TimeFormatError(f"{what}: {value!r} is not a duration; expected a finite "
+                                  "number of seconds or a string with its unit such as '5m'")
+        ns = round(Fraction(seconds) * NS_PER_S)  # to the nearest nanosecond
     elif isinstance(value, _dt.timedelta):
         ns = (value.days * 86400 + value.seconds) * NS_PER_S + value.microseconds * NS_PER_US
     elif isinstance(value, str):
         ns = _parse_duration(value, what)
     else:
-        raise TimeFormatError(
-            f"{what}: {value!r} of type {type(value).__name__} is not a duration; expected int "
-            "nanoseconds, a timedelta, ISO-8601 ('PT5M') or a compact form ('5m', '1h30m')"
-        )
+        raise TimeFormatError(f"{what}: {value!r} of type {type(value).__name__} is not a "
+                              f"duration; expected {DURATION_FORMS}")
     if ns < 0:
-        raise TimeFormatError(f"{what}: {value!r} is negative; expected a duration >= 0")
+        raise TimeFormatError(f"{what}: {value!r} must not be negative; expected a duration "
+                              ">= 0 such as '5m'")
+    if ns > MAX_TIME and isinstance(value, numbers.Real) and not isinstance(value, Nanoseconds):
+        raise TimeFormatError(f"{what}: {value!r} seconds is longer than an int64 of "
+                              "nanoseconds holds (about 292 years); a bare number is seconds: "
+                              "pass integer nanoseconds as engine.times.Nanoseconds(ns)")
     return ns
+
+
+def to_seconds(value: DurationLike, *, what: str = "duration") -> float:
+    """A duration (``DurationLike``, as ``to_duration_ns`` reads it) in seconds, for the
+    timeouts that ``asyncio`` and ``threading`` take.
+
+    >>> to_seconds("1m30s"), to_seconds(2), to_seconds(Nanoseconds(5 * NS_PER_MS))
+    (90.0, 2.0, 0.005)
+    """
+    return to_duration_ns(value, what=what) / NS_PER_S
 
 
 def _parse_duration(text: str, what: str) -> int:
     stripped = text.strip()
     if not stripped:
         raise TimeFormatError(f"{what}: empty string is not a duration; expected e.g. '5m'")
+    if stripped[0] == "-":
+        raise TimeFormatError(f"{what}: {text!r} must not be negative; expected a duration "
+                              ">= 0 such as '5m'")
     if stripped[0] in "Pp":
         try:
             parsed = pendulum.parse(stripped.upper(), strict=True)
@@ -206,8 +283,10 @@ def _parse_duration(text: str, what: str) -> int:
                 "expected days or smaller units"
             )
         return to_duration_ns(parsed, what=what)
-    if _DIGITS.fullmatch(stripped):  # a bare integer: nanoseconds, as an int would be
-        return int(stripped)
+    if _NUMBER.fullmatch(stripped):  # seconds or nanoseconds? the text cannot say ...
+        if not stripped.strip("+0."):
+            return 0  # ... except for zero, which is zero in every unit
+        raise TimeFormatError(_no_unit(text, stripped, what))  # TS §1.5
     words = stripped.lower()
     if words.startswith("interval") and words[8:9].isspace():  # Spark: 'interval 5 minutes'
         words = words[8:]
@@ -234,9 +313,19 @@ def _parse_duration(text: str, what: str) -> int:
         raise TimeFormatError(
             f"{what}: cannot parse {text!r} as a duration; expected ISO-8601 ('PT5M'), a "
             "compact form such as '5m', '1h30m', '250ms' (units ns, us, ms, s, m, h, d, w), "
-            "words such as '5 minutes', or integer nanoseconds"
+            "or words such as '5 minutes'"
         )
     return total
+
+
+def _no_unit(text: str, number: str, what: str) -> str:
+    """The message for a number without its unit: the forms it may have meant."""
+    number = number.lstrip("+")
+    meant = [f"'{number}s'", "'5m'", "'PT5M'"]
+    if number.isdigit():
+        meant.append(f"'{number}ns'")
+    return (f"{what}: {text!r} has no unit; expected a duration with its unit, e.g. "
+            f"{', '.join(meant[:-1])} or {meant[-1]}")
 
 
 def format_ns(ns: int) -> str:
@@ -254,6 +343,21 @@ def format_ns(ns: int) -> str:
     except OverflowError:
         return str(ns)
     return f"{stamp.strftime('%Y-%m-%dT%H:%M:%S')}.{frac:09d}Z"
+
+
+def format_instant(ns: int) -> str:
+    """An instant as messages and reprs show it: RFC 3339 UTC with a fraction only as needed
+    (``format_rfc3339``; exact, ``to_ns`` reads it back), ``MIN_TIME`` and ``MAX_TIME`` as
+    ``"-inf"`` and ``"+inf"``.
+
+    >>> format_instant(1_795_334_400 * NS_PER_S + 250 * NS_PER_MS), format_instant(MAX_TIME)
+    ('2026-11-22T08:00:00.250Z', '+inf')
+    """
+    if ns >= MAX_TIME:
+        return "+inf"
+    if ns <= MIN_TIME:
+        return "-inf"
+    return format_rfc3339(ns)
 
 
 def format_rfc3339(ns: int, digits: int | None = None) -> str:

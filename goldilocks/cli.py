@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from engine.errors import GoldilocksError, InputError, UsageError
 
-from goldilocks.commands import Command, commands, register_command
+from goldilocks.commands import Command, commands, duration, negative_values, register_command
 from goldilocks.net.cli import SERVE
 
 __all__ = ["build_parser", "main", "distribution_version"]
@@ -83,13 +83,33 @@ def _rewrite(argv: list[str], found: dict[str, Command]) -> list[str]:
     return argv
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments of ``goldilocks COMMAND …``: the command's own parser reads what follows
+    its name with options and positionals in any order (``replay a.jsonl --delay 2m
+    b.jsonl``: both logs), and a negative duration reaches the duration's check
+    (``negative_values``). Anything else (``--help``, ``--version``, no or an unknown
+    command) is the top-level parser's."""
+    subparsers = next((a for a in parser._actions
+                       if isinstance(a, argparse._SubParsersAction)), None)
+    name = argv[0] if argv else None
+    if subparsers is None or name not in subparsers.choices:
+        return parser.parse_args(argv)
+    sub = subparsers.choices[name]
+    rest = negative_values(sub, argv[1:])
+    intermixed = not any(a.nargs in (argparse.PARSER, argparse.REMAINDER)
+                         for a in sub._actions)
+    args = sub.parse_intermixed_args(rest) if intermixed else sub.parse_args(rest)
+    args.command = name
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``goldilocks`` script; returns the exit status (0 ok, 1 input
     error, 2 usage error)."""
     parser = build_parser()
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(_rewrite(args_list, commands()))
+        args = _parse(parser, _rewrite(args_list, commands()))
     except SystemExit as done:  # argparse: --help, --version, or its usage error (2)
         return done.code if isinstance(done.code, int) else 2
     try:
@@ -131,17 +151,6 @@ example:
   goldilocks replay big/*.jsonl --out merged.jsonl --checkpoint merged.ckpt   # again to resume
   goldilocks replay big/*.jsonl --window 1m --agg mean:c --out rows.jsonl --checkpoint rows.ckpt
 """
-
-
-def _duration(text: str) -> str:
-    """A duration as the user wrote it (so that messages quote it), once it parses."""
-    from engine.times import to_duration_ns
-
-    try:
-        to_duration_ns(text, what="duration")
-    except InputError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix("duration: ")) from None
-    return text.strip()
 
 
 def _policy_name(text: str) -> str:
@@ -190,13 +199,13 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                    help="arrival (default): by the logs' arrival order; time: the next record "
                         "from the log furthest behind in time (per-device logs without "
                         "seq/arrival)")
-    p.add_argument("--delay", default=None, type=_duration, metavar="D",
-                   help="CTI delay: 5m, 90s, PT5M, '5 minutes', or integer nanoseconds "
-                        "(default: 5m for goldilocks, 0 otherwise)")
+    p.add_argument("--delay", default=None, type=duration, metavar="D",
+                   help="CTI delay, with its unit: 5m, 90s, 1h30m, 250ms, 300ns, PT5M, "
+                        "'5 minutes' (default: 5m for goldilocks, 0 otherwise)")
     p.add_argument("--policy", default="goldilocks", type=_policy_name, metavar="P",
                    help=f"{' | '.join(policy_names())} (any installed policy; default "
                         "goldilocks); quantile:K follows the K-th most advanced input")
-    p.add_argument("--max-ahead", default=None, type=_duration, metavar="D",
+    p.add_argument("--max-ahead", default=None, type=duration, metavar="D",
                    help="with goldilocks: an input's CTI counts for at most the other "
                         "inputs' median plus D until they corroborate it")
     p.add_argument("--on-late", choices=("drop", "adjust"), default="drop",
@@ -232,9 +241,9 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                    help="records between checkpoints (default 100000)")
     w = p.add_argument_group("windows", "one row per window closed by the policy's CTIs "
                              "instead of the merged events (docs/replay.md)")
-    w.add_argument("--window", default=None, type=_duration, metavar="D",
+    w.add_argument("--window", default=None, type=duration, metavar="D",
                    help="window size: tumbling windows of D (1m, 30s, PT5M, …)")
-    w.add_argument("--hop", default=None, type=_duration, metavar="D",
+    w.add_argument("--hop", default=None, type=duration, metavar="D",
                    help="hopping windows: one of size --window starting every D")
     w.add_argument("--agg", action="append", default=None, metavar="KIND[:FIELD]",
                    help="count, or sum|mean|min|max|count of a payload field, e.g. "
@@ -246,7 +255,7 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                    help="merged (default): the policy's CTIs over all inputs close every "
                         "window; key: with --key source, each input's own CTIs, through "
                         "its own copy of the policy, close its windows")
-    w.add_argument("--idle-after", default=None, type=_duration, metavar="D",
+    w.add_argument("--idle-after", default=None, type=duration, metavar="D",
                    help="with --clock key: evict an input whose time falls more than D "
                         "behind the most advanced input's clock (its open windows are "
                         "written then)")

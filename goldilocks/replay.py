@@ -19,7 +19,7 @@ appear whole or not at all (``goldilocks.outputs``). Output and late records are
 >>> d = pathlib.Path(tempfile.mkdtemp())
 >>> _ = (d / "a.jsonl").write_text('{"source":"A","kind":"insert","start":5}\\n'
 ...                                '{"source":"A","kind":"cti","start":9}\\n')
->>> stats = replay([d / "a.jsonl"], delay=2, out=d / "out.jsonl")
+>>> stats = replay([d / "a.jsonl"], delay="2ns", out=d / "out.jsonl")
 >>> (d / "out.jsonl").read_text()
 '{"source":"A","kind":"insert","start":5}\\n{"kind":"cti","start":7}\\n'
 >>> stats.path, stats.emitted, stats.final_cti
@@ -39,7 +39,7 @@ import numpy as np
 from engine.errors import InputError, UsageError
 from engine.event import ADJUSTED, CTI as CTI_KIND, Event, LateRecord
 from engine.policy import Policy
-from engine.times import to_duration_ns
+from engine.times import DurationLike, format_duration_ns, to_duration_ns
 from eventlog import (
     BAD_RECORD_MODES,
     CTI,
@@ -208,8 +208,8 @@ class ReplayStats:
 # -- helpers ---------------------------------------------------------------------------
 
 
-def resolve(policy: str | Policy, delay: object = None, on_late: str = "drop",
-            max_ahead: object = None) -> Policy:
+def resolve(policy: str | Policy, delay: DurationLike | None = None, on_late: str = "drop",
+            max_ahead: DurationLike | None = None) -> Policy:
     """The policy a replay runs: a registered name built with ``delay`` (``None``: 5 minutes
     for goldilocks, 0 for the others) and ``on_late`` — ``"quantile:K"`` is the quantile
     rule with that k, and ``max_ahead`` goes with goldilocks (TS §2.6) — or a policy object
@@ -226,9 +226,9 @@ def resolve(policy: str | Policy, delay: object = None, on_late: str = "drop",
     if max_ahead is not None:
         raise InputError("max_ahead goes with a policy name; give it to goldilocks(...) "
                          "when passing a policy object")
-    if delay is not None and to_duration_ns(delay) != policy.delay:
+    if delay is not None and to_duration_ns(delay, what="delay") != policy.delay:
         raise InputError(f"delay={delay!r} disagrees with the given policy's delay "
-                         f"{policy.delay} ns; pass one or the other")
+                         f"{format_duration_ns(policy.delay)}; pass one or the other")
     return policy
 
 
@@ -293,7 +293,7 @@ class _Progress:
 # -- the API ---------------------------------------------------------------------------
 
 
-def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
+def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = None,
            policy: str | Policy = "goldilocks", on_late: str = "drop",
            out: str | os.PathLike | BinaryIO | None = None,
            late: str | os.PathLike | BinaryIO | None = None, speed: object = None,
@@ -306,7 +306,8 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: object = None,
     """Replay event logs through a policy; write the output and late records; return stats.
 
     ``paths``: JSON Lines, CSV or Parquet logs, merged by ``(order key, file index, line)``
-    (TS §5.2). ``delay``: a duration (``"5m"``, int ns, ``timedelta``); ``None`` means 5
+    (TS §5.2). ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``, ``"PT5M"``, a
+    ``timedelta``, a number of seconds, ``Nanoseconds``); ``None`` means 5
     minutes for goldilocks and 0 for the others. ``policy``: a registered name
     (``goldilocks``, ``min``, ``max``) or a policy object. ``out``/``late``: a path, a binary
     file, or ``None`` to discard (late records are counted either way). ``speed``: ``None`` or

@@ -45,7 +45,7 @@ import orjson
 from engine.errors import InputError, UsageError
 from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
-from engine.times import to_duration_ns
+from engine.times import DurationLike, to_duration_ns
 from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
                       iso_time, merge_columns)
 from eventlog.format import END, START, timed as timed_kind
@@ -257,22 +257,25 @@ class _Fields:
                         break
 
 
-def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
-                   aggregates: Sequence[str | Fold] = ("count",), hop: object = None,
-                   key: str | None = None, delay: object = None,
+def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
+                   aggregates: Sequence[str | Fold] = ("count",),
+                   hop: DurationLike | None = None, key: str | None = None,
+                   delay: DurationLike | None = None,
                    policy: str | Policy = "goldilocks", on_late: str = "drop",
                    out: str | os.PathLike | BinaryIO | None = None,
                    late: str | os.PathLike | BinaryIO | None = None,
                    bad_records: str = "fail", time_unit: str | None = None,
                    time_format: str = "ns", columnar: bool | None = None,
                    max_open: int = 100_000, clock: str = "merged",
-                   idle_after: object = None, checkpoint: str | os.PathLike | None = None,
+                   idle_after: DurationLike | None = None,
+                   checkpoint: str | os.PathLike | None = None,
                    checkpoint_every: int = DEFAULT_EVERY,
                    on_checkpoint: Callable[[bytes], None] | None = None,
                    ) -> WindowReplayStats:
     """Replay logs through ``policy`` and write one row per window closed by its CTIs.
 
-    ``window``: the window size (``"1m"``, int ns); ``hop``: hopping windows, one every
+    ``window``: the window size (a duration, ``engine.times.DurationLike``: ``"1m"``);
+    ``hop``: hopping windows, one every
     ``hop`` (``None``: tumbling). ``aggregates``: ``"count"``, ``"mean:FIELD"``, … or user
     ``Fold`` objects (those run on the element path). ``key``: ``None`` (fleet-wide),
     ``"source"`` (per input) or a payload field holding a string. ``out``: rows; ``late``:
@@ -291,7 +294,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: object,
     ...     '{"source":"A","kind":"insert","start":5,"payload":{"t":1}}\\n'
     ...     '{"source":"A","kind":"insert","start":7,"payload":{"t":2}}\\n'
     ...     '{"source":"A","kind":"cti","start":12}\\n')
-    >>> s = replay_windows([d / "a.jsonl"], window=10, aggregates=["mean:t"], delay=0,
+    >>> s = replay_windows([d / "a.jsonl"], window="10ns", aggregates=["mean:t"], delay=0,
     ...                    out=d / "w.jsonl")
     >>> (d / "w.jsonl").read_text()
     '{"start":0,"end":10,"count":2,"mean_t":1.5}\\n'
@@ -597,7 +600,8 @@ def _window_step(windows: Windows, event: Event, rows: list[bytes], late: list[b
 def _run_key_clocks(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bool,
                     max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
                     out: Any, late_out: Any, iso: bool, time_format: str,
-                    idle_after: object = None, *, resume: tuple[Any, Any] | None = None,
+                    idle_after: DurationLike | None = None, *,
+                    resume: tuple[Any, Any] | None = None,
                     after: After | None = None, cut: MakeCut | None = None) -> tuple:
     """Per-key clocks (TS §6.3): the arrivals themselves go to ``Windows(clocks=policy)``,
     each input's CTIs through its own copy of the policy; rows come out as each input's clock

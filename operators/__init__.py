@@ -1,4 +1,4 @@
-"""Goldilocks operators: processors over temporal streams (DESIGN.md §3).
+"""Goldilocks operators: processors over temporal streams (design.md §3).
 
 The dynamic ``Union`` and its policies, the single-stream ``cti_sync``, CTI generation,
 reordering, windows closed by CTIs, fan-out, and the per-element basics.

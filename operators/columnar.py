@@ -21,16 +21,16 @@ of one run over the concatenated columns.
 Time O(n), memory O(n) in the rows of one call (a handful of temporary int64 columns).
 
 >>> import numpy as np
->>> m = 60 * 10**9                       # the seed's example, delay 5 minutes
+>>> m = 60 * 10**9                       # design.md §4.2's example, delay 5 min
 >>> is_cti = np.array([0, 0, 1, 1, 0, 1, 0], dtype=bool)
 >>> start = np.array([5, 0, 5, 0, 7, 8, 1]) * m
->>> action, cti, high = goldilocks_columns(is_cti, start, start + 1, 5 * m, "drop")
+>>> action, cti, high = goldilocks_columns(is_cti, start, start + 1, "5m", "drop")
 >>> action.tolist()                      # EMIT, EMIT, CTI_EMIT, CTI_SUPPRESS, EMIT, CTI_EMIT, DROP_LATE
 [0, 0, 3, 4, 0, 3, 2]
 >>> (cti[-1] // m).item()
 3
->>> a1, _, high = goldilocks_columns(is_cti[:4], start[:4], start[:4] + 1, 5 * m, "drop")
->>> a2, _, high = goldilocks_columns(is_cti[4:], start[4:], start[4:] + 1, 5 * m, "drop", high)
+>>> a1, _, high = goldilocks_columns(is_cti[:4], start[:4], start[:4] + 1, "5m", "drop")
+>>> a2, _, high = goldilocks_columns(is_cti[4:], start[4:], start[4:] + 1, "5m", "drop", high)
 >>> a1.tolist() + a2.tolist(), high // m
 ([0, 0, 3, 4, 0, 3, 2], 3)
 """
@@ -43,7 +43,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED
-from engine.times import MAX_TIME, MIN_TIME, to_duration_ns
+from engine.times import MAX_TIME, MIN_TIME, DurationLike, to_duration_ns
 
 __all__ = ["goldilocks_columns", "delayed_cti_column"]
 
@@ -70,13 +70,14 @@ def delayed_cti_column(is_cti: np.ndarray, start: np.ndarray, delay: int) -> np.
     return out
 
 
-def goldilocks_columns(is_cti: Any, start: Any, end: Any, delay: object,
+def goldilocks_columns(is_cti: Any, start: Any, end: Any, delay: DurationLike,
                        on_late: str = "drop", high: int | None = None,
                        ) -> tuple[np.ndarray, np.ndarray, int | None]:
     """Run the Goldilocks policy over columns; return ``(action, cti, high)``.
 
     ``is_cti``: bool per row; ``start``, ``end``: int64 ns per row (``end`` is ignored on CTI
-    rows); ``delay``: a duration (int ns, ``"5m"``, ``timedelta``…); ``on_late``: ``"drop"`` or
+    rows); ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``, ``timedelta``, seconds,
+    ``Nanoseconds``); ``on_late``: ``"drop"`` or
     ``"adjust"``; ``high``: the last CTI emitted before these rows (an int64 instant), ``None``
     if none was. ``action`` is int8 per row with the codes of ``engine.policy`` (``EMIT``,
     ``EMIT_ADJUSTED``, ``DROP_LATE``, ``CTI_EMIT``, ``CTI_SUPPRESS``); ``cti`` is int64 per row,

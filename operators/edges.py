@@ -26,13 +26,13 @@ decided by the rules of TS §7 and everything else exactly as the policy alone d
   record that it was not (TS §3.4).
 
 The state is the policy's state plus the table of open edges, a small frozen value like every
-policy's (DESIGN §1): a step that meets an edge copies the table (O(open edges)); any other
+policy's (design.md §4): a step that meets an edge copies the table (O(open edges)); any other
 arrival costs one call more than the policy's own step. Arrivals that are not edges go to the
 policy's ``step_many`` and ``run_columns`` unchanged, so a replay of a log reads its blocks
 without edges on the columnar path (TS §7.7).
 
 >>> from operators.policies import goldilocks
->>> p = with_edges(goldilocks(2))
+>>> p = with_edges(goldilocks("2ns"))
 >>> s = p.initial()
 >>> s, out = p.step(s, Event.start_edge(5, "door", source="A"))
 >>> s, out = p.step(s, Event.cti(20, source="A"))          # the CTI in force is now 18

@@ -2,14 +2,15 @@
 ``operators.robust``, ``quantile_policy`` and ``goldilocks(…, max_ahead=…)``).
 
 A policy turns the arrivals of many inputs (``event.source`` names the input) into one stream
-with one monotone clock. It is a pure step over a small frozen state (DESIGN §1, §5)::
+with one monotone clock. It is a pure step over a small frozen state (design.md §4.1, §4.2)::
 
     state = policy.initial()
     state, outputs = policy.step(state, event)    # outputs: Event (emit) | LateRecord (late)
     state, outputs = policy.join(state, "A")      # an input joined the merge
     state, outputs = policy.leave(state, "A")     # an input left the merge
 
-Marble timeline of the seed's example (``goldilocks("5m")``, times in minutes, ``|t`` a CTI)::
+Marble timeline of the worked example of the StreamInsight CTI synchronizing subject
+(``goldilocks("5m")``, times in minutes, ``|t`` a CTI)::
 
     A:    5 ----- |5 ------- 7 -- |8 ---------
     B:    -- 0 ------ |0 ----------------- 1
@@ -42,7 +43,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
 from engine.policy import LateEntry, Policy
-from engine.times import MIN_TIME, to_duration_ns
+from engine.times import MIN_TIME, DurationLike, Nanoseconds, format_duration_ns, to_duration_ns
 from operators.columnar import goldilocks_columns
 from operators.lateness import (ON_LATE, PolicyBase, check_on_late as _check_on_late,
                                 late_outputs as _late)
@@ -80,7 +81,8 @@ _INITIAL_HIGH = HighState()
 
 
 class GoldilocksPolicy(PolicyBase):
-    """The delayed-CTI policy (seed ``002``, "Round 2"; DESIGN §5). Build it with ``goldilocks``.
+    """The delayed-CTI policy (the StreamInsight CTI synchronizing subject, "Round 2";
+    design.md §4.2). Build it with ``goldilocks``.
 
     A CTI at ``t`` from any input becomes ``d = max(t - delay, MIN_TIME)`` (TS §2.2) and is
     emitted only if it exceeds every CTI emitted so far (TS §2.1). An insert starting before
@@ -92,7 +94,8 @@ class GoldilocksPolicy(PolicyBase):
     __slots__ = ()
 
     def __repr__(self) -> str:
-        return f"{self.name}(delay={self.delay}, on_late={self.on_late!r})"
+        return (f"{self.name}(delay={format_duration_ns(self.delay)!r}, "
+                f"on_late={self.on_late!r})")
 
     def initial(self) -> HighState:
         return _INITIAL_HIGH
@@ -186,26 +189,28 @@ class GoldilocksPolicy(PolicyBase):
         """
         if state is None:
             state = _INITIAL_HIGH
-        action, cti, high = goldilocks_columns(is_cti, start, end, self.delay, self.on_late,
-                                               state.high)
+        action, cti, high = goldilocks_columns(is_cti, start, end, Nanoseconds(self.delay),
+                                               self.on_late, state.high)
         return action, cti, (state if high == state.high else HighState(high))
 
 
 @overload
-def goldilocks(delay: object, on_late: str = "drop", *,
+def goldilocks(delay: DurationLike, on_late: str = "drop", *,
                max_ahead: None = None) -> GoldilocksPolicy: ...
 
 
 @overload
-def goldilocks(delay: object, on_late: str = "drop", *,
-               max_ahead: object) -> GuardedPolicy: ...
+def goldilocks(delay: DurationLike, on_late: str = "drop", *,
+               max_ahead: DurationLike) -> GuardedPolicy: ...
 
 
-def goldilocks(delay: object, on_late: str = "drop", *,
-               max_ahead: object = None) -> GoldilocksPolicy | GuardedPolicy:
+def goldilocks(delay: DurationLike, on_late: str = "drop", *,
+               max_ahead: DurationLike | None = None) -> GoldilocksPolicy | GuardedPolicy:
     """The Goldilocks policy: CTIs delayed by ``delay``, late inserts dropped or adjusted.
 
-    ``delay``: int ns, ``timedelta``, ``"5m"``, ``"PT5M"``…; must be >= 0.
+    ``delay``: a duration (``engine.times.DurationLike``): ``"5m"``, ``"PT5M"``,
+    ``"5 minutes"``, a ``timedelta``, a number of seconds (``300``), ``Nanoseconds(ns)``;
+    must be >= 0.
     ``on_late``: ``"drop"`` (TS §3.1) or ``"adjust"`` (TS §3.2).
     ``max_ahead``: a duration: an input's CTI counts for at most the other live inputs'
     median plus this much, until they corroborate it (TS §2.6, ``operators.robust``).
@@ -216,7 +221,7 @@ def goldilocks(delay: object, on_late: str = "drop", *,
     return GoldilocksPolicy("goldilocks", ns, _check_on_late("goldilocks", on_late))
 
 
-def max_policy(on_late: str = "drop", *, delay: object = 0) -> GoldilocksPolicy:
+def max_policy(on_late: str = "drop", *, delay: DurationLike = 0) -> GoldilocksPolicy:
     """The loose policy: every CTI that advances time passes undelayed (goldilocks, delay 0).
 
     ``delay`` is accepted only as 0, so that ``resolve_policy("max", delay=0)`` works.
@@ -331,8 +336,8 @@ class MinPolicy:
         return None
 
 
-def min_policy(on_late: str = "drop", *, delay: object = 0) -> MinPolicy:
-    """The conservative policy (DESIGN §5). ``delay`` is accepted only as 0."""
+def min_policy(on_late: str = "drop", *, delay: DurationLike = 0) -> MinPolicy:
+    """The conservative policy (design.md §4.3). ``delay`` is accepted only as 0."""
     if to_duration_ns(delay, what="min policy: delay") != 0:
         raise InputError(
             f"min policy: delay={delay!r}; expected 0 (the min policy has no delay)"

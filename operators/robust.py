@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 from engine.errors import InputError
 from engine.event import CTI, Event
-from engine.times import MIN_TIME, to_duration_ns
+from engine.times import MIN_TIME, DurationLike, format_duration_ns, to_duration_ns
 from operators.lateness import PolicyBase, check_on_late as _check_on_late, late_outputs as _late
 from operators.robust_columns import GOLDILOCKS, MAX_AHEAD, QUANTILE, live_columns
 
@@ -177,7 +177,8 @@ class QuantilePolicy(_LivePolicy):
         self.k = k
 
     def __repr__(self) -> str:
-        return f"quantile(k={self.k}, delay={self.delay}, on_late={self.on_late!r})"
+        return (f"quantile(k={self.k}, delay={format_duration_ns(self.delay)!r}, "
+                f"on_late={self.on_late!r})")
 
     def _rule(self) -> tuple[str, int]:
         return "quantile", self.k
@@ -208,8 +209,8 @@ class GuardedPolicy(_LivePolicy):
         self.max_ahead = max_ahead
 
     def __repr__(self) -> str:
-        return (f"goldilocks(delay={self.delay}, on_late={self.on_late!r}, "
-                f"max_ahead={self.max_ahead})")
+        return (f"goldilocks(delay={format_duration_ns(self.delay)!r}, "
+                f"on_late={self.on_late!r}, max_ahead={format_duration_ns(self.max_ahead)!r})")
 
     def _rule(self) -> tuple[str, int]:
         return "guarded", self.max_ahead
@@ -237,7 +238,8 @@ class GuardedPolicy(_LivePolicy):
         return frozenset(name for name, t, trusted in self._trusted(state.ctis) if t > trusted)
 
 
-def quantile_policy(k: int = 2, delay: object = 0, on_late: str = "drop") -> QuantilePolicy:
+def quantile_policy(k: int = 2, delay: DurationLike = 0, on_late: str = "drop"
+                    ) -> QuantilePolicy:
     """The CTI follows the k-th most advanced live input, delayed by ``delay`` (TS §2.5).
 
     ``k``: an int >= 1 (1 is goldilocks over live inputs; 2, the default, ignores one
@@ -249,7 +251,8 @@ def quantile_policy(k: int = 2, delay: object = 0, on_late: str = "drop") -> Qua
     return QuantilePolicy(k, ns, _check_on_late("quantile policy", on_late))
 
 
-def guarded_goldilocks(delay: object, on_late: str, max_ahead: object) -> GuardedPolicy:
+def guarded_goldilocks(delay: DurationLike, on_late: str, max_ahead: DurationLike
+                       ) -> GuardedPolicy:
     """``goldilocks(delay, on_late, max_ahead=…)`` (TS §2.6)."""
     ns = to_duration_ns(max_ahead, what="goldilocks: max_ahead")
     if ns < 0:

@@ -4,7 +4,7 @@ Each is a ``step_operator`` over a per-subscription step, so a pipeline can be s
 twice or replayed, and each sends its late events to a bounded side output (``.late``, a
 ``LateOutput``) — nothing disappears without a record (TS §3.3).
 
-``engine.transform(cti_sync(delay))`` is the seed's CTI synchronizing subject::
+``engine.transform(cti_sync(delay))`` is the StreamInsight CTI synchronizing subject::
 
     subject = transform(cti_sync("5m"))
     subject.subscribe(sink)
@@ -21,6 +21,7 @@ from engine.errors import InputError
 from engine.event import CTI, DROPPED, Event, LateRecord
 from engine.multicast import Multicast
 from engine.stage import StagePublisher
+from engine.times import DurationLike, format_duration_ns
 
 from operators.edges import EdgeState, with_edges
 from operators.late import LateOutput
@@ -70,10 +71,10 @@ def _no_edges(who: str, event: Event) -> InputError:
                       "decide edges with cti_sync, or a Union(with_edges(policy)) (TS §7)")
 
 
-def cti_sync(delay: object, on_late: str = "drop", *, late_capacity: int = 10_000,
+def cti_sync(delay: DurationLike, on_late: str = "drop", *, late_capacity: int = 10_000,
              prefetch: int = 64) -> TemporalOperator:
     """Delay every advancing CTI by ``delay`` and drop or adjust what arrives too late, on a
-    single stream — the Goldilocks policy (DESIGN §5) as a pipe operator.
+    single stream — the Goldilocks policy (design.md §4.2) as a pipe operator.
 
     Edge events (TS §7) are decided as ``with_edges`` decides them: the start edges still
     open at completion are reported on ``late`` (``"not_closed"``).
@@ -108,11 +109,12 @@ def cti_sync(delay: object, on_late: str = "drop", *, late_capacity: int = 10_00
         sync.flush = flush  # type: ignore[attr-defined]
         return sync
 
-    return TemporalOperator(f"cti_sync({policy.delay}ns, {on_late})", make_step, late=late,
-                            prefetch=prefetch)
+    return TemporalOperator(f"cti_sync({format_duration_ns(policy.delay)}, {on_late})",
+                            make_step, late=late, prefetch=prefetch)
 
 
-def advance_time(every_events: int | None = None, every: object = None, delay: object = 0,
+def advance_time(every_events: int | None = None, every: DurationLike | None = None,
+                 delay: DurationLike = 0,
                  on_late: str = "drop", *, final_cti: bool = False,
                  late_capacity: int = 10_000, prefetch: int = 64) -> TemporalOperator:
     """Generate CTIs from a stream's own event times (StreamInsight's

@@ -4,7 +4,7 @@
 ``AdvanceTime`` passes inserts through and, after every ``every_events`` inserts or whenever
 event time has advanced by ``every`` past the last CTI it generated, emits a CTI at
 ``max(start seen) - delay`` (floored at ``MIN_TIME``, TS §2.2). Marble timeline with
-``every_events=2, delay=2`` (``|t`` a CTI; ``x`` late)::
+``every_events=2, delay="2ns"`` (times in nanoseconds; ``|t`` a CTI; ``x`` late)::
 
     in:   5  3  9  6  4  8  ...
     out:  5  3 |3  9  6 |7  x  8 ...     (4 starts before CTI 7: late)
@@ -20,7 +20,7 @@ the output's CTIs strictly increase (TS §2.1).
 One ``AdvanceTime`` holds the state of one subscription: build a fresh one per subscriber.
 Time O(1) per event, memory O(1).
 
->>> gen = AdvanceTime(every_events=2, delay=2)
+>>> gen = AdvanceTime(every_events=2, delay="2ns")
 >>> [gen.step(Event.point(t)) for t in (5, 3)]
 [(Event.point(5),), (Event.point(3), Event.cti(3))]
 >>> gen.step(Event.point(1))[0].action
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from engine.errors import InputError
 from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
-from engine.times import MAX_TIME, MIN_TIME, to_duration_ns
+from engine.times import MAX_TIME, MIN_TIME, DurationLike, format_duration_ns, to_duration_ns
 
 __all__ = ["AdvanceTime", "AdvanceStats"]
 
@@ -68,8 +68,8 @@ class AdvanceTime:
     __slots__ = ("every_events", "every", "delay", "on_late", "_adjust", "_max_start",
                  "_count", "_last_cti", "_generated", "_last_generated")
 
-    def __init__(self, every_events: int | None = None, every: object = None,
-                 delay: object = 0, on_late: str = "drop") -> None:
+    def __init__(self, every_events: int | None = None, every: DurationLike | None = None,
+                 delay: DurationLike = 0, on_late: str = "drop") -> None:
         if every_events is None and every is None:
             raise InputError(
                 "advance_time: neither every_events nor every was given; expected at least one "
@@ -98,8 +98,9 @@ class AdvanceTime:
         self._last_generated: int | None = None  # last CTI generated from event times
 
     def __repr__(self) -> str:
-        return (f"AdvanceTime(every_events={self.every_events}, every={self.every}, "
-                f"delay={self.delay}, on_late={self.on_late!r})")
+        every = None if self.every is None else format_duration_ns(self.every)
+        return (f"AdvanceTime(every_events={self.every_events}, every={every!r}, "
+                f"delay={format_duration_ns(self.delay)!r}, on_late={self.on_late!r})")
 
     def step(self, event: Event) -> tuple:
         """One event in; the events, CTIs and late records it causes, in order. O(1)."""

@@ -34,7 +34,7 @@ Memory: O(open windows), bounded by ``max_open`` (a stream that would hold more 
 longest-idle key is evicted to make room). Time: O(log w) per insert and window, O(log w)
 per window closed.
 
->>> w = Windows(tumbling_spec(10), (parse_fold("count"),))
+>>> w = Windows(tumbling_spec("10ns"), (parse_fold("count"),))
 >>> [w.step(e) for e in (Event.point(3), Event.point(7))]
 [(), ()]
 >>> out = w.step(Event.cti(10))
@@ -54,7 +54,8 @@ from sortedcontainers import SortedDict, SortedList
 from engine.errors import InputError
 from engine.event import CTI, END, POINT, Event, LateRecord
 from engine.policy import Policy
-from engine.times import MAX_TIME, to_duration_ns
+from engine.times import (MAX_TIME, DurationLike, format_duration_ns, format_instant,
+                          to_duration_ns)
 
 from operators.checkpoint import (CheckpointError, check_policy, decode_state,
                                   describe_policy, encode_state)
@@ -102,11 +103,12 @@ class WindowSpec:
 
     def __post_init__(self) -> None:
         if self.size <= 0 or self.hop <= 0:
-            raise InputError(f"windows: size={self.size} ns, hop={self.hop} ns; expected "
-                             "both > 0")
+            raise InputError(f"windows: size={format_duration_ns(self.size)}, "
+                             f"hop={format_duration_ns(self.hop)}; expected both > 0")
         if self.hop > self.size:
-            raise InputError(f"windows: hop {self.hop} ns is longer than the size "
-                             f"{self.size} ns; expected hop <= size (gaps would lose inserts)")
+            raise InputError(f"windows: hop {format_duration_ns(self.hop)} is longer than the "
+                             f"size {format_duration_ns(self.size)}; expected hop <= size "
+                             "(gaps would lose inserts)")
 
     @property
     def per_insert(self) -> int:
@@ -116,8 +118,9 @@ class WindowSpec:
     def starts(self, t: int) -> list[int]:
         """The starts of the windows holding an insert that starts at ``t``, ascending."""
         if t > MAX_TIME - self.size:
-            raise InputError(f"windows: an insert at {t} ns would open a window ending after "
-                             "the latest instant (MAX_TIME); expected earlier times")
+            raise InputError(f"windows: an insert at {format_instant(t)} would open a window "
+                             "ending after the latest instant (MAX_TIME); expected earlier "
+                             "times")
         last = t - (t - self.offset) % self.hop
         first = last - (self.per_insert - 1) * self.hop
         if first + self.size <= t:
@@ -125,13 +128,15 @@ class WindowSpec:
         return list(range(first, last + 1, self.hop))
 
 
-def tumbling_spec(size: object, *, offset: object = 0) -> WindowSpec:
-    """Tumbling windows of ``size`` (a duration: ``"1m"``, int ns, ``timedelta``)."""
+def tumbling_spec(size: DurationLike, *, offset: DurationLike = 0) -> WindowSpec:
+    """Tumbling windows of ``size`` (a duration, ``engine.times.DurationLike``: ``"1m"``,
+    ``timedelta``, seconds, ``Nanoseconds``)."""
     ns = to_duration_ns(size, what="windows: size")
     return WindowSpec(ns, ns, to_duration_ns(offset, what="windows: offset"))
 
 
-def hopping_spec(size: object, hop: object, *, offset: object = 0) -> WindowSpec:
+def hopping_spec(size: DurationLike, hop: DurationLike, *, offset: DurationLike = 0
+                 ) -> WindowSpec:
     """Hopping windows of ``size``, one starting every ``hop``."""
     return WindowSpec(to_duration_ns(size, what="windows: size"),
                       to_duration_ns(hop, what="windows: hop"),
@@ -154,7 +159,7 @@ def number(payload: Any, field: str) -> Any:
 
 
 class Fold:
-    """One aggregate of a window: a pure step over an accumulator, like a policy (DESIGN §1).
+    """One aggregate of a window: a pure step over an accumulator, like a policy (design.md §4).
 
     ``label`` names it in results; ``initial`` is the empty accumulator; ``step(acc, value)``
     returns the next one (never mutates ``acc``); ``result(acc)`` the value reported;
@@ -330,7 +335,7 @@ class Windows:
     """
 
     def __init__(self, spec: WindowSpec, folds: Sequence[Fold], *, key: Any = None,
-                 clocks: Policy | None = None, idle_after: object = None,
+                 clocks: Policy | None = None, idle_after: DurationLike | None = None,
                  max_open: int = 100_000, max_keys: int = 100_000) -> None:
         if not folds:
             raise InputError("windows: no aggregate given; expected at least one "
@@ -693,7 +698,8 @@ class WindowOperator(TemporalOperator):
 
 
 def _operator(name: str, spec: WindowSpec, aggregates: Sequence[str | Fold], key: Any,
-              clocks: Policy | None, idle_after: object, max_open: int, max_keys: int,
+              clocks: Policy | None, idle_after: DurationLike | None, max_open: int,
+              max_keys: int,
               late_capacity: int, prefetch: int) -> WindowOperator:
     folds = tuple(parse_fold(a) for a in (aggregates or ("count",)))
 
@@ -705,8 +711,9 @@ def _operator(name: str, spec: WindowSpec, aggregates: Sequence[str | Fold], key
                           prefetch=prefetch)
 
 
-def tumbling(size: object, *aggregates: str | Fold, key: Any = None,
-             clocks: Policy | None = None, idle_after: object = None, offset: object = 0,
+def tumbling(size: DurationLike, *aggregates: str | Fold, key: Any = None,
+             clocks: Policy | None = None, idle_after: DurationLike | None = None,
+             offset: DurationLike = 0,
              max_open: int = 100_000, max_keys: int = 100_000, late_capacity: int = 10_000,
              prefetch: int = 64) -> WindowOperator:
     """Tumbling windows of ``size`` closed by CTIs, as a pipe operator (module docstring).
@@ -716,19 +723,21 @@ def tumbling(size: object, *aggregates: str | Fold, key: Any = None,
     >>> from engine import collect, from_iterable, pipe
     >>> events = [Event.point(3, {"t": 1.0}), Event.point(7, {"t": 2.0}), Event.cti(10)]
     >>> [e.payload.values for e in collect(pipe(from_iterable(events),
-    ...                                         tumbling(10, "mean:t"))) if not e.is_cti]
+    ...                                         tumbling("10ns", "mean:t"))) if not e.is_cti]
     [{'mean_t': 1.5}]
     """
     spec = tumbling_spec(size, offset=offset)
-    return _operator(f"tumbling({spec.size}ns)", spec, aggregates, key, clocks, idle_after,
-                     max_open, max_keys, late_capacity, prefetch)
+    return _operator(f"tumbling({format_duration_ns(spec.size)})", spec, aggregates, key,
+                     clocks, idle_after, max_open, max_keys, late_capacity, prefetch)
 
 
-def hopping(size: object, hop: object, *aggregates: str | Fold, key: Any = None,
-            clocks: Policy | None = None, idle_after: object = None, offset: object = 0,
+def hopping(size: DurationLike, hop: DurationLike, *aggregates: str | Fold, key: Any = None,
+            clocks: Policy | None = None, idle_after: DurationLike | None = None,
+            offset: DurationLike = 0,
             max_open: int = 100_000, max_keys: int = 100_000, late_capacity: int = 10_000,
             prefetch: int = 64) -> WindowOperator:
     """Hopping windows of ``size``, one every ``hop``, closed by CTIs (see ``tumbling``)."""
     spec = hopping_spec(size, hop, offset=offset)
-    return _operator(f"hopping({spec.size}ns, {spec.hop}ns)", spec, aggregates, key, clocks,
-                     idle_after, max_open, max_keys, late_capacity, prefetch)
+    name = f"hopping({format_duration_ns(spec.size)}, {format_duration_ns(spec.hop)})"
+    return _operator(name, spec, aggregates, key, clocks, idle_after, max_open, max_keys,
+                     late_capacity, prefetch)

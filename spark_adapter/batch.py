@@ -9,7 +9,7 @@ for comparison (docs/performance.md). This module builds the ``(events, late)`` 
 all of them, and ``write_replay`` writes both from one decision of every row.
 
 Over a recorded log the Goldilocks state is one number: ``high``, the running maximum of the
-delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (DESIGN §5). Everything a
+delayed CTIs ``d = max(cti - delay, MIN_TIME)`` in arrival order (TS §2.2). Everything a
 row needs follows from ``prior``, the running maximum *before* the row (null before the first
 CTI): a CTI is emitted iff ``prior`` is null or ``d > prior`` (TS §2.1); an insert is late iff
 ``prior`` is set and ``start < prior`` (TS §2.4), and is then dropped (TS §3.1) or, under
@@ -45,7 +45,7 @@ from engine.errors import InputError
 from engine.policy import Policy
 from operators.policies import resolve_policy
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED
-from engine.times import to_duration_ns
+from engine.times import DurationLike, format_duration_ns, to_duration_ns
 from spark_adapter.batch_edges import (EDGE_KIND, EDGE_LATE_COLUMNS, SIDE, EdgePlan,
                                        decide_edges, edge_plan, inner_policy, mask_edges,
                                        refuse_edges)
@@ -75,7 +75,8 @@ _ROWS_PER_BUCKET = 250_000
 _MIN_BUCKETS = 8
 
 
-def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> Policy:
+def resolve_spark_policy(policy: str | Policy, delay: DurationLike | None, on_late: str
+                         ) -> Policy:
     """The policy object for ``policy`` (a name or a built policy), checked for batch use.
 
     Runs on the driver. Raises ``NotImplementedError`` naming the rule for a policy whose
@@ -95,7 +96,7 @@ def resolve_spark_policy(policy: str | Policy, delay: object, on_late: str) -> P
         if delay is not None and to_duration_ns(delay, what="replay: delay") != policy.delay:
             raise InputError(
                 f"replay: delay={delay!r} disagrees with the given policy's delay "
-                f"{policy.delay} ns; pass one or the other"
+                f"{format_duration_ns(policy.delay)}; pass one or the other"
             )
         built = policy
     inner, _ = inner_policy(built)  # with_edges(policy): the plans run the policy it wraps
@@ -189,7 +190,8 @@ def _global_prior(df: DataFrame, groups: list[str], order: list[str]) -> DataFra
     return df.withColumn(_PRIOR, F.max(_DELAYED).over(window))
 
 
-def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldilocks",
+def replay(df: DataFrame, *, delay: DurationLike | None = None,
+           policy: str | Policy = "goldilocks",
            on_late: str = "drop", group_col: str | Sequence[str] | None = None,
            order_by: Sequence[str] | None = None, buckets: int | None = None,
            strategy: str = DEFAULT_STRATEGY, ranges: int | None = None
@@ -208,7 +210,8 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     with a null order column (the SQL plans when the job runs, naming the row).
 
     ``df``: the event-log schema (``read_event_log``) or any frame with ``kind``, ``start``,
-    ``end`` and the order columns. ``delay``: a duration (``"5m"``, int ns, ``timedelta``);
+    ``end`` and the order columns. ``delay``: a duration (``"5m"``, ``timedelta``, seconds:
+    ``engine.times.DurationLike``);
     ``None`` means the engine's default (5 minutes for goldilocks, 0 for ``max``).
     ``policy``: ``"goldilocks"`` (default), ``"max"`` (delay 0), or a built policy object;
     ``"min"`` raises ``NotImplementedError`` (no prefix-scan form; see the message).
@@ -242,7 +245,7 @@ def replay(df: DataFrame, *, delay: object = None, policy: str | Policy = "goldi
     return split(decided)
 
 
-def _decided(df: DataFrame, *, delay: object, policy: str | Policy, on_late: str,
+def _decided(df: DataFrame, *, delay: DurationLike | None, policy: str | Policy, on_late: str,
              group_col: str | Sequence[str] | None, order_by: Sequence[str] | None,
              buckets: int | None, strategy: str, ranges: int | None
              ) -> tuple[DataFrame, Callable[[DataFrame], tuple[DataFrame, DataFrame]]]:

@@ -3,7 +3,7 @@ scalar Arrow UDF after a shuffle into arrival-ordered ranges (``strategy="ranges
 ``"scan"`` when the input's own partitions are not arrival ranges: ``batch_splits``).
 
 The Goldilocks state over a recorded log is ``high``, the running maximum of the delayed CTIs
-``d = max(start - delay, MIN_TIME)`` in arrival order (DESIGN §5). A running maximum is a
+``d = max(start - delay, MIN_TIME)`` in arrival order (TS §2.2). A running maximum is a
 prefix scan, so the log is cut into arrival-ordered *ranges*, each decided by its own task
 with the state carried in from the ranges before it::
 

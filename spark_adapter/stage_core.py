@@ -7,7 +7,7 @@ record batches, the ``StageSpec`` (``stage_spec``: a frozen, picklable value) an
 micro-batch it belongs to; ``stage_rows`` reads the columns a decision needs, and the
 deciders here decide them.
 
-The engine's semantics (DESIGN §1, §5): every row of a source goes through that source's CTI
+The engine's semantics (design.md §4): every row of a source goes through that source's CTI
 generator (``operators.AdvanceTime``, the step behind ``advance_time``) when the stage
 generates CTIs, and then through the time policy of its clock group (the union's step): an
 insert that starts before its source's CTI is late at the source, one that starts before the

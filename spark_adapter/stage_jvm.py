@@ -2,7 +2,7 @@
 row crossing into Python (driver side; the functions are ``spark_adapter/java``).
 
 Spark's cost for the Python plans is not the decisions but the round trip of every row
-through a Python worker (``docs/performance.md``). For the most common stage — one clock, a
+through a Python worker (``docs/decisions.md``). For the most common stage — one clock, a
 device's every reading its own CTI (``every_events=1``), goldilocks or max, points in a
 timestamp column — the decision needs two columns, a running maximum per device and the CTI
 at the start of the micro-batch, and runs as scalar JVM functions in Spark's generated code.

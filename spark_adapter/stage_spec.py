@@ -13,10 +13,9 @@ import ast
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from engine import to_duration_ns
+from engine.times import DurationLike, Nanoseconds, format_duration_ns, to_duration_ns
 from engine.errors import InputError
 from engine.policy import Policy
-from engine.times import format_duration_ns
 from eventlog import CTI as CTI_CODE
 from eventlog import INSERT, JOIN, KIND_NAMES, LEAVE
 from operators import AdvanceTime, GoldilocksPolicy, HighState
@@ -139,7 +138,8 @@ def reason_text(code: int, value: Any = None, kinds: Sequence[str] = ()) -> str:
 
 # -- policy and generator options ---------------------------------------------------------
 
-def build_policy(policy: str | Policy, delay: object, on_late: str, who: str) -> Policy:
+def build_policy(policy: str | Policy, delay: DurationLike | None, on_late: str, who: str
+                 ) -> Policy:
     """The policy object for a name (with the engine's defaults: delay 5 minutes for
     goldilocks, else 0) or a built policy (``delay`` must then be ``None`` or agree)."""
     if isinstance(policy, str):
@@ -155,7 +155,7 @@ def build_policy(policy: str | Policy, delay: object, on_late: str, who: str) ->
                              f"(it has no {attr}()); expected e.g. 'goldilocks' or goldilocks('5m')")
     if delay is not None and to_duration_ns(delay, what=f"{who}: delay") != policy.delay:
         raise InputError(f"{who}: delay={delay!r} disagrees with the given policy's delay "
-                         f"{policy.delay} ns; pass one or the other")
+                         f"{format_duration_ns(policy.delay)}; pass one or the other")
     return policy
 
 
@@ -185,8 +185,10 @@ def build_advance(advance: object, on_late: str, who: str) -> tuple[tuple[str, A
     AdvanceTime(**options)  # the engine's own checks and messages
     every = options.get("every")
     return (("every_events", options.get("every_events")),
-            ("every", None if every is None else to_duration_ns(every, what=f"{who}: every")),
-            ("delay", to_duration_ns(options.get("delay", 0), what=f"{who}: advance delay")),
+            ("every", None if every is None
+             else Nanoseconds(to_duration_ns(every, what=f"{who}: every"))),
+            ("delay", Nanoseconds(to_duration_ns(options.get("delay", 0),
+                                                 what=f"{who}: advance delay"))),
             ("on_late", options["on_late"]))
 
 
@@ -211,8 +213,10 @@ def restart_identity(*, policy: Policy, policy_text: str, advance: tuple | None,
     what the user gave)``: those whose change would give the state another meaning. The
     others (``delay``, ``advance``'s ``delay`` and ``on_late``, ``on_late``, ``idle_after``)
     may change: the CTI never goes back (``docs/spark.md``, "Restarts")."""
-    generation = None if advance is None else (dict(advance)["every_events"],
-                                               dict(advance)["every"])
+    opts = dict(advance or ())
+    every = opts.get("every")
+    generation = None if advance is None else (opts["every_events"],
+                                               None if every is None else int(every))
     return (("policy", policy_family(policy), policy_text),
             ("advance", repr(generation), advance_text),
             ("kind_col", repr(kind_col is not None), repr(kind_col)),

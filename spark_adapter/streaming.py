@@ -1,4 +1,4 @@
-"""The watermarking stage: a better ``withWatermark`` for any DataFrame (DESIGN §8).
+"""The watermarking stage: a better ``withWatermark`` for any DataFrame (design.md §11).
 
 ``watermark_stage(readings, delay="30 seconds", time_col="ts", source_col="device_id",
 state_dir=...)`` takes a user's own stream — a timestamp column, a device column, no CTIs —
@@ -41,9 +41,9 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
                                ShortType, StringType, StructField, StructType, TimestampNTZType,
                                TimestampType)
 
-from engine import to_duration_ns
 from engine.errors import InputError
 from engine.policy import Policy
+from engine.times import DurationLike, to_duration_ns
 from eventlog import time_scale
 from spark_adapter.session import use_driver_python
 from spark_adapter.stage_state import stored_stages
@@ -387,7 +387,8 @@ def _task_function(spec: StageSpec) -> Any:
     return decide
 
 
-def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, source_col: str,
+def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_col: str,
+                    source_col: str,
                     kind_col: str | None = None, advance: dict | None = None,
                     policy: str | Policy = "goldilocks", on_late: str = "drop",
                     group_col: str | Sequence[str] | None = None,
@@ -396,7 +397,7 @@ def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, sourc
                     names: dict | None = None, state_dir: str | None = None,
                     late_path: str | None = None, keep_late: bool = False,
                     name: str = "goldilocks", jvm: bool | None = None,
-                    idle_after: object = None) -> DataFrame:
+                    idle_after: DurationLike | None = None) -> DataFrame:
     """The time policy as a stage of any DataFrame; returns its data rows (driver).
 
     ``df``: streaming (``spark.readStream…``) or batch. ``time_col``: when the row happened —
@@ -408,14 +409,15 @@ def watermark_stage(df: DataFrame, *, delay: object = None, time_col: str, sourc
     as ``time_col``; null: a point).
 
     ``delay``: how far a reading may be behind the newest one and still count, as
-    ``withWatermark``'s delay: ``"30 seconds"``, ``"5m"``, ``"PT5M"``, ``timedelta``
-    (``None``: 5 minutes for goldilocks, 0 for the others). Without ``advance`` (and with a
-    policy name) each device's CTI trails its newest reading by ``delay`` and the policy
-    merges them undelayed, so a device's own jitter within ``delay`` is kept and Spark's
-    watermark is native's; with ``advance``, ``delay`` is the policy's (the merged CTI's lag
-    behind the devices' CTIs). ``policy``: ``"goldilocks"``, ``"max"``, ``"min"`` (over
-    live sources), ``"quantile[:K]"``, or any policy object (``operators.goldilocks(delay,
-    …)``, a third party's), run as the engine runs it. ``on_late``: ``"drop"`` or
+    ``withWatermark``'s delay: ``"30 seconds"``, ``"5m"``, ``"PT5M"``, a ``timedelta``, a
+    number of seconds (``engine.times.DurationLike``; ``None``: 5 minutes for goldilocks, 0
+    for the others). Without ``advance`` (and with a policy name) each device's CTI trails
+    its newest reading by ``delay`` and the policy merges them undelayed, so a device's own
+    jitter within ``delay`` is kept and Spark's watermark is native's; with ``advance``,
+    ``delay`` is the policy's (the merged CTI's lag behind the devices' CTIs). ``policy``:
+    ``"goldilocks"``, ``"max"``, ``"min"`` (over live sources), ``"quantile[:K]"``, or any
+    policy object (``operators.goldilocks(delay, …)``, a third party's), run as the engine
+    runs it. ``on_late``: ``"drop"`` or
     ``"adjust"`` (clip a late interval that still overlaps).
 
     ``advance``: CTI generation per source, the keyword arguments of the engine's

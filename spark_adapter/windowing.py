@@ -43,7 +43,7 @@ from pyspark.sql.types import (DoubleType, LongType, StringType, StructField, St
                                TimestampType)
 
 from engine.errors import InputError
-from engine.times import MAX_TIME
+from engine.times import MAX_TIME, DurationLike
 from operators.window_columns import WindowColumns
 from operators.windows import (Fold, Windows, WindowSpec, hopping_spec, number, parse_fold,
                                tumbling_spec)
@@ -67,8 +67,9 @@ def _fail(message: str) -> InputError:
     return InputError(f"{_WHO}: {message}")
 
 
-def windows(events: DataFrame, *, window: object, aggregates: Sequence[str] = ("count",),
-            hop: object = None, key: str | None = None, offset: object = 0,
+def windows(events: DataFrame, *, window: DurationLike, aggregates: Sequence[str] = ("count",),
+            hop: DurationLike | None = None, key: str | None = None,
+            offset: DurationLike = 0,
             time_col: str = "start", order_by: Sequence[str] | None = None,
             clock: Any = "cti", group_col: str | Sequence[str] | None = None,
             partitions: int | None = None) -> DataFrame:
@@ -80,7 +81,7 @@ def windows(events: DataFrame, *, window: object, aggregates: Sequence[str] = ("
     ``events``: ``replay``'s events (rows of ``kind`` other than ``insert`` and ``start``
     are not windowed: an edge counts once, by its start edge, TS §7.8), or any frame of
     inserts. ``window``, ``hop``, ``offset``: as ``goldilocks
-    replay --window/--hop`` (``"1m"``, int ns). ``aggregates``: ``"count"``,
+    replay --window/--hop`` (``"1m"``; ``engine.times.DurationLike``). ``aggregates``: ``"count"``,
     ``"mean:FIELD"``… (the built-in folds; FIELD is a numeric column of ``events``, else a
     field of its JSON ``payload``). ``key``: ``None`` (one window per interval), a string
     column (``"source"``), else a payload field holding a string. ``time_col``: int ns or a
@@ -158,7 +159,8 @@ def _refuse_unseen_fields(result: DataFrame, folds: Sequence[Fold],
     return result.where(F.coalesce(*checks).isNull())  # a filter: never pruned away
 
 
-def _definition(window: object, hop: object, offset: object, aggregates: Sequence[str],
+def _definition(window: DurationLike, hop: DurationLike | None, offset: DurationLike,
+                aggregates: Sequence[str],
                 ) -> tuple[WindowSpec, tuple[Fold, ...]]:
     """The windows and folds, checked as the engine checks them; built-in folds only."""
     spec = tumbling_spec(window, offset=offset) if hop is None else hopping_spec(
@@ -414,8 +416,9 @@ def _arrow_type(spark_type: str) -> pa.DataType | None:
 
 # -- streaming: after watermark_stage ---------------------------------------------------------
 
-def window_stage(staged: DataFrame, *, window: object, aggregates: Sequence[str] = ("count",),
-                 hop: object = None, key: str | None = None, offset: object = 0,
+def window_stage(staged: DataFrame, *, window: DurationLike,
+                 aggregates: Sequence[str] = ("count",), hop: DurationLike | None = None,
+                 key: str | None = None, offset: DurationLike = 0,
                  time_col: str, order_by: Sequence[str] | None = None) -> DataFrame:
     """Windows after ``watermark_stage`` on a stream: one row per window, emitted once, when
     the stage's CTI has passed the window's end — the columns of ``windows``, the values

@@ -73,7 +73,7 @@ def _late_outputs(event: Event, cti: int, on_late: str) -> tuple[list[Event], La
 
 def reference_goldilocks(arrivals: Sequence[Arrival], delay: int,
                          on_late: str = "drop") -> tuple[list[Event], list[LateRecord]]:
-    """The Goldilocks policy (DESIGN §5) by brute force. ``delay`` is int ns >= 0.
+    """The Goldilocks policy (design.md §4.2) by brute force. ``delay`` is int ns >= 0.
 
     Row i, a CTI at t: its delayed value is max(t - delay, MIN_TIME) (TS §2.2); it is emitted
     iff no earlier row was a CTI or it exceeds every earlier delayed CTI (TS §2.1).
@@ -139,7 +139,7 @@ def _live_ctis(arrivals: Sequence[Arrival], upto: int) -> dict[Any, int]:
 
 def reference_min(arrivals: Sequence[Arrival],
                   on_late: str = "drop") -> tuple[list[Event], list[LateRecord]]:
-    """The min policy (DESIGN §5) by brute force; arrivals may hold join/leave markers.
+    """The min policy (design.md §4.3) by brute force; arrivals may hold join/leave markers.
 
     After row i the candidate CTI is the minimum of the live inputs' latest CTIs (none when
     no input is live). The CTI in force before row i is the largest candidate of rows < i,

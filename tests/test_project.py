@@ -38,7 +38,7 @@ def test_ci_runs_the_readme_test_command_word_for_word():
     assert test_command in command_lines, (test_command, command_lines)
 
 
-#: DESIGN §2: each package's floor; an import may point to its own package or to a lower floor
+#: design.md §2: each package's floor; an import may point to its own package or to a lower floor
 FLOORS = {"engine": 0, "operators": 1, "eventlog": 1, "goldilocks": 2, "spark_adapter": 2}
 #: the only run-time look-ups allowed: entry points for third-party policies and commands,
 #: and spark_adapter's lazy import of its own modules (PEP 562, so pyspark loads on use)
@@ -95,7 +95,7 @@ def _graph() -> dict[str, set[str]]:
 
 
 def test_every_import_points_down_or_stays_on_its_floor():
-    """DESIGN §2: an import points to the module's own package or to a lower floor — at any
+    """design.md §2: an import points to the module's own package or to a lower floor — at any
     depth, lazily or not; only spark_adapter imports pyspark; nothing imports benchmarks."""
     bad = []
     for module, path in _modules().items():
@@ -153,7 +153,7 @@ def test_no_import_cycle_between_modules():
 
 
 def test_built_ins_are_imported_not_looked_up_at_run_time():
-    """DESIGN §2: no ``importlib.import_module``, ``__import__`` or ``entry_points`` to reach
+    """design.md §2: no ``importlib.import_module``, ``__import__`` or ``entry_points`` to reach
     our own code; entry points only where third-party policies and commands come in."""
     bad = []
     for module, path in _modules().items():
@@ -266,3 +266,105 @@ def test_readme_python_example_runs(capsys):
     assert "late: LateRecord(input='B'" in out
     assert "Event.cti(9223372036854775807)" in out  # the final CTI at +infinity
     assert out.index("Event.point(1795334400000000000") < out.index("Event.cti(17953344")
+
+
+# -- the docs cite only what the repository holds ---------------------------------------------
+
+#: citations of documents that are not in the repository: the team's own design notes and the
+#: source material by file name; sources are cited by title instead (the Reactive Streams
+#: specification, the StreamInsight CTI synchronizing subject, reactive-streams-io, the
+#: async-semaphore backpressure article)
+_FOREIGN = re.compile(r"\b(?:DESIGN|STYLE)(?:\.md)?\s*(?:§|:)"
+                      r"|(?i:\bseeds?[\s`]*0\d\d|\bseeds/|\bthe seed's\b)")
+_DESIGN_CITE = re.compile(r"design\.md,? §(\d+(?:\.\d+)*)((?:,? (?:and )?§\d+(?:\.\d+)*)*)")
+_TS_CITE = re.compile(r"TS §(\d+(?:\.\d+)?)((?:\s*(?:,|–|-|and|or|to)\s*§?\d+\.\d+)*)")
+_SUFFIXES = {".py", ".md", ".java", ".toml", ".txt", ".cfg", ".ini"}
+_SKIP_DIRS = {".git", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".pytest_cache",
+              "node_modules"}
+
+
+def _repository_texts() -> list[tuple[str, str]]:
+    """Every text file of the repository that code, docs or tests are written in."""
+    texts = []
+    for path in sorted(ROOT.rglob("*")):
+        parts = path.relative_to(ROOT).parts
+        if (path.suffix in _SUFFIXES and path.is_file() and not _SKIP_DIRS & set(parts)
+                and not any(p.endswith(".egg-info") for p in parts)):
+            texts.append((path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")))
+    return texts
+
+
+def _where(name: str, text: str, at: int) -> str:
+    return f"{name}:{text.count(chr(10), 0, at) + 1}"
+
+
+def test_citations_name_only_what_the_repository_holds():
+    """No citation of notes the repository does not hold (the design or style notes by
+    section, the source material by file number): the repository explains itself, and
+    cites its sources by title."""
+    bad = [f"{_where(name, text, m.start())}: {m.group(0)!r}"
+           for name, text in _repository_texts() for m in _FOREIGN.finditer(text)]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_design_section_cited_exists():
+    """``design.md §4.2`` anywhere names a numbered section of docs/design.md."""
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^#{2,4} (\d+(?:\.\d+)*)\.? ", design, flags=re.M))
+    assert {"1", "2", "4.2", "7.5"} <= sections, sorted(sections)
+    bad, seen = [], 0
+    for name, text in _repository_texts():
+        for m in _DESIGN_CITE.finditer(text):
+            for number in [m.group(1), *re.findall(r"§(\d+(?:\.\d+)*)", m.group(2))]:
+                seen += 1
+                if number not in sections:
+                    bad.append(f"{_where(name, text, m.start())}: design.md §{number}")
+    assert seen >= 10, "the pattern no longer finds the citations"
+    assert not bad, "\n".join(bad)
+
+
+def test_every_ts_rule_cited_exists():
+    """``TS §x.y`` anywhere names a rule of docs/spec.md (``TS §n``: a group of rules)."""
+    spec = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")
+    rules = set(re.findall(r"\*\*TS §(\d+\.\d+)\*\*", spec))
+    groups = set(re.findall(r"^### TS §(\d+) ", spec, flags=re.M))
+    assert {"2.4", "8.3"} <= rules and {"1", "7"} <= groups
+    bad = []
+    for name, text in _repository_texts():
+        for m in _TS_CITE.finditer(text):
+            for number in [m.group(1), *re.findall(r"\d+\.\d+", m.group(2))]:
+                if number not in (rules if "." in number else groups):
+                    bad.append(f"{_where(name, text, m.start())}: TS §{number}")
+    assert not bad, "\n".join(bad)
+
+
+def _anchor(heading: str) -> str:
+    """The anchor a Markdown heading gets (GitHub's rule): lower case, punctuation dropped,
+    spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_links_between_the_docs_resolve():
+    """Every relative link in README.md and docs/ names a file that exists and, with
+    ``#anchor``, a heading of that file."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    bad = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        text = re.sub(r"```.*?```|`[^`\n]*`", "", text, flags=re.S)  # code holds no links
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(ROOT)}: ({target})"
+            if not file.exists():
+                bad.append(f"{where}: no such file")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", file.read_text(
+                    encoding="utf-8"), flags=re.S), flags=re.M)
+                if anchor not in {_anchor(h) for h in headings}:
+                    bad.append(f"{where}: no such heading")
+    assert not bad, "\n".join(bad)

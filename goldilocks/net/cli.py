@@ -14,7 +14,7 @@ import sys
 
 from goldilocks.commands import Command
 from engine.errors import InputError, UsageError
-from engine.times import NS_PER_S, to_duration_ns
+from engine.times import NS_PER_S, Nanoseconds, format_instant, to_duration_ns
 
 __all__ = ["SERVE"]
 
@@ -46,8 +46,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="also accept plain TCP (length-prefixed frames) here")
     p.add_argument("--token-file", required=True, metavar="FILE",
                    help="accepted tokens, one per line ('#' comments); never logged")
-    p.add_argument("--delay", default=None,
-                   help="CTI delay, e.g. 5m, 90s, PT5M (default: 5m for goldilocks, 0 otherwise)")
+    p.add_argument("--delay", default=None, metavar="D",
+                   help="CTI delay, with its unit: 5m, 90s, PT5M, 300ns (default: 5m for "
+                        "goldilocks, 0 otherwise)")
     p.add_argument("--policy", default="goldilocks", help="goldilocks | min | max | quantile")
     p.add_argument("--on-late", choices=("drop", "adjust"), default="drop",
                    help="what happens to late inserts (default drop)")
@@ -96,7 +97,7 @@ def _seconds(text: str, what: str) -> float:
     return ns / NS_PER_S
 
 
-def _duration_or_none(text: str | None, what: str, zero: bool = False) -> int | None:
+def _duration_or_none(text: str | None, what: str, zero: bool = False) -> Nanoseconds | None:
     """``text`` as ns (``None`` stays ``None``); a usage error naming ``what`` otherwise."""
     if text is None:
         return None
@@ -107,7 +108,11 @@ def _duration_or_none(text: str | None, what: str, zero: bool = False) -> int | 
     if ns < 0 or (ns == 0 and not zero):
         raise UsageError(what, f"{text!r}; expected a {'' if zero else 'positive '}duration "
                          "such as 2s")
-    return ns
+    return Nanoseconds(ns)
+
+
+def _instant(t: int | None) -> str:
+    return "none yet" if t is None else format_instant(t)
 
 
 def _policy(args: argparse.Namespace):
@@ -160,7 +165,7 @@ async def _serve(args: argparse.Namespace) -> int:
         union = server.union
         assert union is not None
         print(f"serve: restored from {args.checkpoint}: {len(union.detached())} devices to "
-              f"re-attach, output CTI {union.stats().output_cti}", file=sys.stderr,
+              f"re-attach, output CTI {_instant(union.stats().output_cti)}", file=sys.stderr,
               flush=True)
     for url in (server.ws_url, server.tcp_url):
         if url:

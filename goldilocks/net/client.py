@@ -41,6 +41,7 @@ from engine.executors import LoopExecutor, as_executor
 from engine.sinks import PublisherBase
 from engine.sources import failed, from_async_iterable
 from engine.subscription import BufferedSubscription, check_subscriber
+from engine.times import DurationLike, to_seconds
 from engine.violations import report_violation
 
 from goldilocks.net.protocol import (
@@ -91,13 +92,19 @@ class ClientStats:
 
 
 async def connect(url: str, *, token: str | None, max_frame: int = DEFAULT_MAX_FRAME,
-                  timeout: float = 10.0, keepalive: float | None = None) -> Client:
+                  timeout: DurationLike = 10.0, keepalive: DurationLike | None = None
+                  ) -> Client:
     """Connect to ``ws://HOST:PORT`` or ``tcp://HOST:PORT`` and set up (version, token).
 
     Raises ``RemoteError`` when the server refuses the setup (``code`` ``unauthorized``,
-    ``unsupported_version``, ``too_many``). ``keepalive``: seconds between keepalive frames
-    (default: what the server advises, a third of its idle timeout; 0 disables them).
+    ``unsupported_version``, ``too_many``). ``timeout``: for connecting and setting up.
+    ``keepalive``: the time between keepalive frames (default: what the server advises, a
+    third of its idle timeout; 0 disables them). Both are durations
+    (``engine.times.DurationLike``: ``"10s"``, a ``timedelta``, or a number of seconds).
     """
+    timeout = to_seconds(timeout, what="connect: timeout")
+    if keepalive is not None:
+        keepalive = to_seconds(keepalive, what="connect: keepalive")
     transport = await open_transport(url, max_frame=max_frame, open_timeout=timeout)
     client = Client(transport, url, max_frame)
     try:

@@ -42,6 +42,7 @@ from engine.errors import ClosedError, InputError
 from engine.executors import LoopExecutor
 from engine.sinks import PublisherBase
 from engine.subscription import check_subscriber
+from engine.times import DurationLike, to_seconds
 from eventlog import RollingFileSink, SinkStats
 from goldilocks.net.admission import Admission
 from goldilocks.net.connection import Connection, ConnectionStats, Limits, Tally, bounded
@@ -105,8 +106,12 @@ class Server(PublisherBase):
     """A ``Union`` under ``policy`` fed by devices over the network (see the module doc).
     The union decides edge events too (``with_edges(policy)``, TS §7).
 
+    Durations (``idle_timeout``, ``setup_timeout``, ``part_seconds``, ``checkpoint_every``,
+    ``max_drift``, ``idle_after``) take the engine's forms (``engine.times.DurationLike``):
+    ``"30s"``, ``"5m"``, a ``timedelta``, or a bare number of seconds.
+
     ``tokens``: accepted tokens (at least one; compared in constant time, never logged).
-    ``idle_timeout``: seconds without any frame after which a connection is closed and its
+    ``idle_timeout``: how long without any frame after which a connection is closed and its
     device inputs leave the union with the reason. ``out_dir``: write the merged output (and
     late records, prefix ``late``) as rolling event-log parts for Spark. ``prefetch`` and
     ``max_buffered`` are the union's credit bounds; ``output_capacity`` the output's.
@@ -115,24 +120,31 @@ class Server(PublisherBase):
     the last; a credit of one frame would make each frame wait a round trip.
 
     ``checkpoint``: a file the union is restored from at ``start`` if it exists, and
-    written to every ``checkpoint_every`` seconds and at ``close`` (``docs/checkpoint.md``);
+    written to every ``checkpoint_every`` and at ``close`` (``docs/checkpoint.md``);
     ``final_cti`` (the output ends with a CTI at +inf) is then False unless given.
 
     Once started: ``union`` (the ``Union``), ``output`` (its one subscriber, the
     ``ServerOutput`` every subscriber joins), ``admission`` (tokens and connection slots).
     """
 
-    def __init__(self, policy: Any, *, tokens: Iterable[str], idle_timeout: float = 30.0,
+    def __init__(self, policy: Any, *, tokens: Iterable[str], idle_timeout: DurationLike = 30.0,
                  max_frame: int = DEFAULT_MAX_FRAME, max_connections: int = 1024,
                  max_streams: int = 16, prefetch: int = 4096, max_buffered: int = 65_536,
                  output_capacity: int = 4096, out_dir: str | None = None,
-                 part_events: int = 100_000, part_seconds: float | None = 60.0,
-                 final_cti: bool | None = None, setup_timeout: float = 5.0,
+                 part_events: int = 100_000, part_seconds: DurationLike | None = 60.0,
+                 final_cti: bool | None = None, setup_timeout: DurationLike = 5.0,
                  max_pending: int = 256,
                  outbox_bytes: int = 256 * 1024, min_credit: int = 1,
-                 max_drift: object = None, idle_after: object = None,
+                 max_drift: DurationLike | None = None,
+                 idle_after: DurationLike | None = None,
                  checkpoint: str | os.PathLike | None = None,
-                 checkpoint_every: float | None = None, name: str = "server") -> None:
+                 checkpoint_every: DurationLike | None = None, name: str = "server") -> None:
+        idle_timeout = to_seconds(idle_timeout, what=f"{name}: idle_timeout")
+        setup_timeout = to_seconds(setup_timeout, what=f"{name}: setup_timeout")
+        if part_seconds is not None:
+            part_seconds = to_seconds(part_seconds, what=f"{name}: part_seconds")
+        if checkpoint_every is not None:
+            checkpoint_every = to_seconds(checkpoint_every, what=f"{name}: checkpoint_every")
         tokens = [t for t in (tokens or ()) if t]
         if not tokens or not all(isinstance(t, str) for t in tokens):
             raise InputError(f"{name}: tokens must be a non-empty list of non-empty strings; "

@@ -31,22 +31,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.clock import WALL, Clock
-from engine.times import MIN_TIME, to_duration_ns
+from engine.times import MIN_TIME, DurationLike, Nanoseconds, to_duration_ns
 
 __all__ = ["Alignment", "aligning", "DEFAULT_IDLE_AFTER"]
 
 #: ``idle_after`` of a union given ``max_drift`` alone: one second on its clock
-DEFAULT_IDLE_AFTER = 10**9
+DEFAULT_IDLE_AFTER = Nanoseconds(10**9)
 
 
-def _duration(who: str, what: str, value: object) -> int:
-    ns = to_duration_ns(value, what=f"{who}: {what}")
-    if ns < 0:
-        raise ValueError(f"{who}: {what} must be >= 0, got {value!r}")
-    return ns
+def _duration(who: str, what: str, value: DurationLike) -> int:
+    return to_duration_ns(value, what=f"{who}: {what}")  # negative: refused there
 
 
-def aligning(who: str, max_drift: object, idle_after: object,
+def aligning(who: str, max_drift: DurationLike | None, idle_after: DurationLike | None,
              clock: Clock | None) -> Alignment | None:
     """The ``Alignment`` for a union's ``max_drift``/``idle_after``/``clock`` (durations as
     ``engine.times.to_duration_ns`` reads them), or ``None`` when it has neither."""

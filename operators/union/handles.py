@@ -1,6 +1,7 @@
 """What producers hold: ``InputHandle`` (what ``Union.add`` returns) and ``Emitter`` (what
 ``Union.open_input`` returns: an input fed imperatively, whose ``send`` waits for credit
-without blocking a thread — the asynchronous semaphore of seed 003).
+without blocking a thread — the asynchronous semaphore of the async-semaphore backpressure
+article, design.md §7.4).
 """
 
 from __future__ import annotations
@@ -80,9 +81,10 @@ class EmitterSubscription:
 
 class Emitter(InputHandle):
     """An input fed imperatively: ``send`` waits for credit without blocking a thread (the
-    asynchronous semaphore of seed 003), ``try_send`` never waits, ``send_blocking`` blocks a
-    thread up to ``timeout``. Credit is the union's demand for this input (its ``prefetch``
-    and the union's total bound): a slow consumer slows the producer."""
+    asynchronous semaphore of the async-semaphore backpressure article), ``try_send`` never
+    waits, ``send_blocking`` blocks a thread up to ``timeout``. Credit is the union's demand for
+    this input (its ``prefetch`` and the union's total bound): a slow consumer slows the
+    producer."""
 
     __slots__ = ()
 

@@ -16,6 +16,7 @@ from engine.policy import Policy
 from engine.sinks import PublisherBase
 from engine.sources import failed
 from engine.subscription import check_subscriber
+from engine.times import DurationLike
 from operators.edges import EdgePolicy, edge_stats
 from operators.late import LateOutput
 import operators.union.checkpoint as checkpoint
@@ -75,7 +76,8 @@ class Union(PublisherBase):
                  late_capacity: int = 10_000, fail_on_input_error: bool = False,
                  final_cti: bool = False, executor: object = None,
                  keep_departed: int = 1024, min_credit: int = 0,
-                 max_drift: object = None, idle_after: object = None,
+                 max_drift: DurationLike | None = None,
+                 idle_after: DurationLike | None = None,
                  clock: Clock | None = None, name: str = "union") -> None:
         if policy is None or not callable(getattr(policy, "step", None)):
             raise TypeError(f"{name}: policy must provide initial/step/join/leave, "

@@ -1,4 +1,4 @@
-"""Bad input and faults (DESIGN.md §3, §6): None, illegal requests, raising subscribers,
+"""Bad input and faults (design.md §6.7): None, illegal requests, raising subscribers,
 executors that reject work."""
 
 from __future__ import annotations

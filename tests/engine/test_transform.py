@@ -1,4 +1,4 @@
-"""transform and Multicast (DESIGN.md §6): shared by N subscribers, paced by the slowest,
+"""transform and Multicast (design.md §6.5): shared by N subscribers, paced by the slowest,
 bounded buffer, upstream cancelled with the last subscriber, errors to all at once (RS §4.2),
 late subscribers get the terminal signal."""
 

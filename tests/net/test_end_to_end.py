@@ -1,5 +1,6 @@
 """Devices → network → union → remote subscriber gives exactly what the in-process union gives
-on the same arrival order (DESIGN §9), on the seed's example and on a seeded random fleet."""
+on the same arrival order (design.md §12), on the worked example of design.md §4.2 and on a
+seeded random fleet."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from engine import Event
+from engine.times import Nanoseconds
 from operators import (Union, Windows, goldilocks, max_policy, min_policy, quantile_policy,
                        with_edges)
 from operators.checkpoint import HEADER_SIZE, CheckpointError, describe_policy, pack, unpack
@@ -56,20 +57,22 @@ class Collect:
 
 
 POLICIES = {
-    "goldilocks": lambda on_late: goldilocks(3, on_late),
+    "goldilocks": lambda on_late: goldilocks(Nanoseconds(3), on_late),
     "max": lambda on_late: max_policy(on_late),
     "min": lambda on_late: min_policy(on_late),
-    "quantile": lambda on_late: quantile_policy(2, 1, on_late),
-    "guarded": lambda on_late: goldilocks(2, on_late, max_ahead=10),
+    "quantile": lambda on_late: quantile_policy(2, Nanoseconds(1), on_late),
+    "guarded": lambda on_late: goldilocks(Nanoseconds(2), on_late, max_ahead=Nanoseconds(10)),
 }
 
 
 def make_windows(kind: str, keyed: bool, clocks: str | None) -> Windows:
-    spec = tumbling_spec(10) if kind == "tumbling" else hopping_spec(10, 5)
+    spec = (tumbling_spec(Nanoseconds(10)) if kind == "tumbling"
+            else hopping_spec(Nanoseconds(10), Nanoseconds(5)))
     folds = (parse_fold("count"), parse_fold("sum:v"), parse_fold("min:v"))
     return Windows(spec, folds, key="source" if keyed else None,
                    clocks=None if clocks is None else POLICIES[clocks]("drop"),
-                   idle_after=None if clocks is None else 12, max_open=10_000, max_keys=2)
+                   idle_after=None if clocks is None else Nanoseconds(12), max_open=10_000,
+                   max_keys=2)
 
 
 def run(script, policy, windows_def, cut: int | None):
@@ -238,7 +241,7 @@ def test_checkpoint_from_inside_on_next_is_refused_and_changes_nothing():
 
 
 def _checkpoint():
-    union = Union(goldilocks(3))
+    union = Union(goldilocks(Nanoseconds(3)))
     union.subscribe(Collect(None))
     a = union.open_input("A")
     a.try_send(Event.point(5, {"t": 1}, source="A"))
@@ -264,13 +267,14 @@ def _newer(data: bytes) -> bytes:
 ])
 def test_a_bad_checkpoint_says_what_is_wrong(damage, message):
     with pytest.raises(CheckpointError, match=message):
-        Union.restore(damage(_checkpoint()), policy=goldilocks(3))
+        Union.restore(damage(_checkpoint()), policy=goldilocks(Nanoseconds(3)))
 
 
 def test_another_policy_or_stage_is_refused_and_nothing_is_changed():
     data = _checkpoint()
-    with pytest.raises(CheckpointError, match=r"taken under the policy goldilocks\(delay=3"):
-        Union.restore(data, policy=goldilocks(4))
+    with pytest.raises(CheckpointError, match=r"taken under the policy goldilocks\(delay='3ns'"
+                                              r".*restored with goldilocks\(delay='4ns'"):
+        Union.restore(data, policy=goldilocks(Nanoseconds(4)))
     with pytest.raises(CheckpointError, match="holds a HighState, but the policy min.* keeps a MinState"):
         body = unpack(data, "union")
         body["policy"] = describe_policy(min_policy())  # the state is still goldilocks'
@@ -280,8 +284,8 @@ def test_another_policy_or_stage_is_refused_and_nothing_is_changed():
     windows.step(Event.point(3, {"v": 1}, source="A"))
     before = windows.snapshot()
     with pytest.raises(CheckpointError, match="holds no stage 'w'"):
-        Union.restore(data, policy=goldilocks(3), stages={"w": windows})
-    union = Union(goldilocks(3))
+        Union.restore(data, policy=goldilocks(Nanoseconds(3)), stages={"w": windows})
+    union = Union(goldilocks(Nanoseconds(3)))
     other = make_windows("hopping", True, None)
     reorder = ReorderBuffer(4)
     reorder.push(Event.point(1))
@@ -289,12 +293,12 @@ def test_another_policy_or_stage_is_refused_and_nothing_is_changed():
     data = union.checkpoint(stages={"r": reorder, "w": other})
     fresh = ReorderBuffer(4)
     with pytest.raises(CheckpointError, match=r"stage 'w'.*spec"):
-        Union.restore(data, policy=goldilocks(3), stages={"r": fresh, "w": windows})
+        Union.restore(data, policy=goldilocks(Nanoseconds(3)), stages={"r": fresh, "w": windows})
     assert windows.snapshot() == before and fresh.stats().buffered == 0  # nothing changed
     with pytest.raises(CheckpointError, match="crc|CRC"):
         body = bytearray(data)
         body[-3] ^= 1
-        Union.restore(bytes(body), policy=goldilocks(3))
+        Union.restore(bytes(body), policy=goldilocks(Nanoseconds(3)))
 
 
 def test_a_payload_that_is_not_json_is_refused_at_checkpoint():
@@ -355,7 +359,7 @@ def test_checkpoints_taken_while_threads_send_are_cuts():
 
     per, names = 3000, ("A", "B", "C")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        union = Union(goldilocks(50), executor=pool, prefetch=64, max_buffered=128)
+        union = Union(goldilocks(Nanoseconds(50)), executor=pool, prefetch=64, max_buffered=128)
         sink = Count()
         union.subscribe(sink)
         emitters = {n: union.open_input(n) for n in names}
@@ -384,7 +388,7 @@ def test_checkpoints_taken_while_threads_send_are_cuts():
                 continue
             after = sink.inserts
             taken += 1
-            restored = Union.restore(data, policy=goldilocks(50))
+            restored = Union.restore(data, policy=goldilocks(Nanoseconds(50)))
             stats = restored.stats()
             for s in stats.inputs:
                 assert s.received == s.emitted + s.dropped and s.buffered == 0, s  # TS §3.4
@@ -415,21 +419,21 @@ def test_a_window_operator_downstream_continues_from_the_checkpoint():
         return got
 
     union = Union(goldilocks(0))
-    op = tumbling(5, "sum:v")
+    op = tumbling(Nanoseconds(5), "sum:v")
     whole = pipeline(union, op)
     ems = {n: union.open_input(n) for n in "AB"}
     for name, e in arrivals:
         ems[name].try_send(e)
     for cut in (1, 10, 25):
         union = Union(goldilocks(0))
-        op = tumbling(5, "sum:v")
+        op = tumbling(Nanoseconds(5), "sum:v")
         got = pipeline(union, op)
         ems = {n: union.open_input(n) for n in "AB"}
         for name, e in arrivals[:cut]:
             ems[name].try_send(e)
         data = union.checkpoint(stages={"w": op})
         union = Union.restore(data, policy=goldilocks(0),
-                              stages={"w": (op := tumbling(5, "sum:v"))})
+                              stages={"w": (op := tumbling(Nanoseconds(5), "sum:v"))})
         more = pipeline(union, op)
         ems = {n: union.open_input(n) for n in "AB"}
         for name, e in arrivals[cut:]:
@@ -478,21 +482,23 @@ def test_with_edges_state_is_refused_by_a_policy_without_edges_and_back():
     from operators.checkpoint import decode_state, encode_state
     from operators.edges import with_edges
 
-    wrapped = with_edges(goldilocks(3))
+    wrapped = with_edges(goldilocks(Nanoseconds(3)))
     state, _ = wrapped.step(wrapped.initial(), Event.start_edge(5, "door", source="A"))
     with pytest.raises(CheckpointError, match="with edges"):
-        decode_state(goldilocks(3), encode_state(wrapped, state), "c")
+        decode_state(goldilocks(Nanoseconds(3)), encode_state(wrapped, state), "c")
     with pytest.raises(CheckpointError, match="without edges"):
-        decode_state(wrapped, encode_state(goldilocks(3), goldilocks(3).initial()), "c")
-    assert describe_policy(wrapped) != describe_policy(goldilocks(3))
+        plain = goldilocks(Nanoseconds(3))
+        decode_state(wrapped, encode_state(plain, plain.initial()), "c")
+    assert describe_policy(wrapped) != describe_policy(goldilocks(Nanoseconds(3)))
 
 
 @pytest.mark.parametrize("taken, restored, says", [
-    (lambda: goldilocks(3), lambda: with_edges(goldilocks(3)),
+    (lambda: goldilocks(Nanoseconds(3)), lambda: with_edges(goldilocks(Nanoseconds(3))),
      r"that did not decide edges, restored with one that does \(with_edges\)"),
-    (lambda: with_edges(goldilocks(3)), lambda: goldilocks(3),
+    (lambda: with_edges(goldilocks(Nanoseconds(3))), lambda: goldilocks(Nanoseconds(3)),
      r"that decided edges \(with_edges\), restored with one that does not"),
-    (lambda: with_edges(goldilocks(3), max_open=5), lambda: with_edges(goldilocks(3)),
+    (lambda: with_edges(goldilocks(Nanoseconds(3)), max_open=5),
+     lambda: with_edges(goldilocks(Nanoseconds(3))),
      r"deciding edges with \{'max_open': 5\}, restored with \{'max_open': 100000\}"),
 ])
 def test_a_policy_that_decides_edges_or_not_is_named_as_the_difference(taken, restored, says):

@@ -11,6 +11,7 @@ from engine.errors import InputError
 from engine.event import CTI, Event, LateRecord
 from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED
 from engine.times import MAX_TIME, MIN_TIME
+from engine.times import Nanoseconds
 from operators.columnar import delayed_cti_column, goldilocks_columns
 from operators.policies import HighState, goldilocks, max_policy
 from tests.reference import arrivals_strategy
@@ -66,12 +67,12 @@ def test_empty_columns():
 def test_first_cti_at_min_time_is_emitted_and_a_second_is_not():
     action, cti, high = goldilocks_columns([False, True, True, False],
                                      [MIN_TIME, MIN_TIME + 2, MIN_TIME + 5, MIN_TIME],
-                                     [MIN_TIME + 1, 0, 0, MIN_TIME + 1], 5)
+                                     [MIN_TIME + 1, 0, 0, MIN_TIME + 1], Nanoseconds(5))
     assert action.tolist() == [EMIT, CTI_EMIT, CTI_SUPPRESS, EMIT]
     assert cti.tolist() == [MIN_TIME] * 4 and high == MIN_TIME
     # once a CTI at MIN_TIME was emitted, "no CTI yet" no longer applies: suppressed
     action, cti, high = goldilocks_columns([True, False], [MIN_TIME, MIN_TIME], [0, MIN_TIME + 1],
-                                           5, high=MIN_TIME)
+                                           Nanoseconds(5), high=MIN_TIME)
     assert action.tolist() == [CTI_SUPPRESS, EMIT] and high == MIN_TIME
 
 
@@ -123,7 +124,7 @@ delays = st.one_of(st.integers(0, 30),
 @settings(max_examples=800, deadline=None)
 @given(arrivals_strategy(max_size=60), delays, st.sampled_from(["drop", "adjust"]))
 def test_columns_equal_the_step(arrivals, delay, on_late):
-    for policy in (goldilocks(delay, on_late=on_late), max_policy(on_late=on_late)):
+    for policy in (goldilocks(Nanoseconds(delay), on_late=on_late), max_policy(on_late=on_late)):
         action, cti, state = policy.run_columns(*columns(arrivals))
         expected_action, expected_cti, expected_state = step_decisions(policy, arrivals)
         assert action.tolist() == expected_action
@@ -138,7 +139,7 @@ def test_columns_equal_the_step(arrivals, delay, on_late):
 def test_columns_equal_the_step_over_the_whole_int64_range(rows, delay, on_late):
     arrivals = [Event.cti(s) if c else Event("interval", s, min(s + n, MAX_TIME), None, None)
                 for c, s, n in rows]
-    policy = goldilocks(delay, on_late=on_late)
+    policy = goldilocks(Nanoseconds(delay), on_late=on_late)
     action, cti, state = policy.run_columns(*columns(arrivals))
     assert (action.tolist(), cti.tolist(), state) == step_decisions(policy, arrivals)
 
@@ -160,7 +161,7 @@ def run_in_chunks(policy, arrivals, cuts):
 def test_columns_over_any_chunk_split_equal_the_step(data, arrivals, delay, on_late):
     # hypothesis chooses the split points, empty chunks included
     cuts = data.draw(st.lists(st.integers(0, len(arrivals)), max_size=8), label="cuts")
-    for policy in (goldilocks(delay, on_late=on_late), max_policy(on_late=on_late)):
+    for policy in (goldilocks(Nanoseconds(delay), on_late=on_late), max_policy(on_late=on_late)):
         assert run_in_chunks(policy, arrivals, cuts) == step_decisions(policy, arrivals)
 
 
@@ -173,7 +174,7 @@ def test_chunked_columns_equal_the_step_over_the_whole_int64_range(data, rows, d
     arrivals = [Event.cti(s) if c else Event("interval", s, min(s + n, MAX_TIME), None, None)
                 for c, s, n in rows]
     cuts = data.draw(st.lists(st.integers(0, len(arrivals)), max_size=6), label="cuts")
-    policy = goldilocks(delay, on_late=on_late)
+    policy = goldilocks(Nanoseconds(delay), on_late=on_late)
     assert run_in_chunks(policy, arrivals, cuts) == step_decisions(policy, arrivals)
 
 

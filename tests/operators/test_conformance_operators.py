@@ -1,5 +1,5 @@
 """The operators in the conformance kit: the union's output, cti_sync (as a pipe stage and as
-the seed's transform subject), the late side output and broadcast.
+the StreamInsight transform subject), the late side output and broadcast.
 
 Element counts must be exact for the kit, so the streams here are on time by construction:
 points at increasing times, with CTIs that each advance the clock — every input element comes
@@ -14,10 +14,11 @@ import itertools
 from engine import Event, LateRecord, failed, from_iterable, pipe, transform
 from engine.event import DROPPED
 from engine.tck import ProcessorVerification, PublisherVerification
+from engine.times import Nanoseconds
 from operators import LateOutput, Union, broadcast, cti_sync, goldilocks
 
 POOL = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="tck-operators")
-DELAY = 3
+DELAY = Nanoseconds(3)
 
 
 class OnTime:
@@ -124,7 +125,7 @@ class TestCtiSyncStage(PublisherVerification):
 
 
 class TestCtiSyncSubject(ProcessorVerification):
-    """``transform(cti_sync(delay))``: the seed's CTI synchronizing subject."""
+    """``transform(cti_sync(delay))``: the StreamInsight CTI synchronizing subject."""
 
     hot = True
     max_upstream_lead = 16 + 8

@@ -8,6 +8,7 @@ import itertools
 
 from engine import Event, failed, from_iterable, pipe, transform
 from engine.tck import ProcessorVerification, PublisherVerification
+from engine.times import Nanoseconds
 from operators import tumbling
 
 
@@ -28,10 +29,10 @@ class paired:
 
 class TestTumblingStage(PublisherVerification):
     def create_publisher(self, elements):
-        return pipe(from_iterable(paired(elements)), tumbling(1, prefetch=8))
+        return pipe(from_iterable(paired(elements)), tumbling(Nanoseconds(1), prefetch=8))
 
     def create_failed_publisher(self):
-        return pipe(failed(RuntimeError("upstream failed on purpose")), tumbling(1))
+        return pipe(failed(RuntimeError("upstream failed on purpose")), tumbling(Nanoseconds(1)))
 
 
 class TestTumblingProcessor(ProcessorVerification):
@@ -41,7 +42,7 @@ class TestTumblingProcessor(ProcessorVerification):
     max_upstream_lead = 16 + 8
 
     def create_processor(self):
-        return transform(tumbling(1, prefetch=8), capacity=16)
+        return transform(tumbling(Nanoseconds(1), prefetch=8), capacity=16)
 
     def create_upstream(self, elements):
         return from_iterable(paired(elements))

@@ -12,6 +12,7 @@ from engine.errors import InputError
 from engine.event import CTI, END, START, Event, LateRecord
 from engine.policy import LateEntry
 from engine.times import MAX_TIME, MIN_TIME
+from engine.times import Nanoseconds
 from operators.edges import EdgeState, with_edges
 from operators.policies import goldilocks, min_policy
 from tests.reference import edge_arrivals_strategy, reference_edges, run_steps
@@ -30,14 +31,14 @@ def _run(policy, arrivals, finish=True):
 @settings(max_examples=300, deadline=None)
 @given(edge_arrivals_strategy(), st.integers(0, 15), st.sampled_from(["drop", "adjust"]))
 def test_edges_equal_the_reference(arrivals, delay, on_late):  # TS §7.1-§7.5
-    policy = with_edges(goldilocks(delay, on_late=on_late))
+    policy = with_edges(goldilocks(Nanoseconds(delay), on_late=on_late))
     assert _run(policy, arrivals) == reference_edges(arrivals, delay, on_late, finish=True)
 
 
 @settings(max_examples=200, deadline=None)
 @given(edge_arrivals_strategy(), st.integers(0, 15), st.sampled_from(["drop", "adjust"]))
 def test_no_end_edge_of_an_emitted_start_is_lost(arrivals, delay, on_late):  # TS §7.3
-    emitted, late = _run(with_edges(goldilocks(delay, on_late=on_late)), arrivals)
+    emitted, late = _run(with_edges(goldilocks(Nanoseconds(delay), on_late=on_late)), arrivals)
     opened = [e for e in emitted if e.kind == START]
     closed = {(e.source, e.id, e.start) for e in emitted if e.kind == END}
     not_closed = {(r.input, r.event.id, r.event.start) for r in late if r.reason == "not_closed"}
@@ -56,7 +57,7 @@ def test_no_end_edge_of_an_emitted_start_is_lost(arrivals, delay, on_late):  # T
 @given(edge_arrivals_strategy(), st.integers(0, 15), st.sampled_from(["drop", "adjust"]),
        st.integers(1, 7))
 def test_step_many_decides_as_step(arrivals, delay, on_late, cut):
-    policy = with_edges(goldilocks(delay, on_late=on_late))
+    policy = with_edges(goldilocks(Nanoseconds(delay), on_late=on_late))
     emitted, late = run_steps(policy, arrivals)
     state = policy.initial()
     got_e: list = []
@@ -77,7 +78,7 @@ def test_step_many_decides_as_step(arrivals, delay, on_late, cut):
 def test_columns_between_edges_decide_as_step(arrivals, delay, on_late):  # TS §7.7
     """Runs without edges through ``run_columns``, edges through ``step``: the same CTI in
     force afterwards, and the same late decisions as the step throughout."""
-    policy = with_edges(goldilocks(delay, on_late=on_late))
+    policy = with_edges(goldilocks(Nanoseconds(delay), on_late=on_late))
     state_a = policy.initial()
     state_b = policy.initial()
     run: list[Event] = []

@@ -1,5 +1,5 @@
-"""The CTI policies as scan steps: the seed's example, edge cases, and properties against the
-brute-force reference model (tests/reference.py)."""
+"""The CTI policies as scan steps: the worked example (design.md §4.2), edge cases, and
+properties against the brute-force reference model (tests/reference.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from engine.policy import LateEntry, Policy
 from operators.policies import resolve_policy
 from engine.policy import step_many as engine_step_many
 from engine.times import MAX_TIME, MIN_TIME
+from engine.times import Nanoseconds
 from operators.policies import (
     GoldilocksPolicy,
     HighState,
@@ -40,7 +41,7 @@ def _view(events):
     return [(e.kind, e.start, e.end, e.payload) for e in events]
 
 
-# -- the seed's worked example (seed 002, DESIGN §5) -------------------------------------------
+# -- the StreamInsight CTI synchronizing subject's worked example (design.md §4.2) ----------
 
 def seed_arrivals():
     return [
@@ -86,7 +87,8 @@ def test_seed_worked_example_matches_reference():
 # -- construction and validation --------------------------------------------------------------
 
 @pytest.mark.parametrize("delay, ns", [("5m", 5 * M), ("PT5M", 5 * M), ("1h30m", 90 * M),
-                                       (dt.timedelta(minutes=5), 5 * M), (250, 250), (0, 0)])
+                                       (dt.timedelta(minutes=5), 5 * M), (Nanoseconds(250), 250),
+                                       (250, 250 * 10**9), (0.25, 250 * 10**6), (0, 0)])
 def test_goldilocks_delay_forms(delay, ns):
     p = goldilocks(delay, on_late="adjust")
     assert (p.name, p.delay, p.on_late) == ("goldilocks", ns, "adjust")
@@ -133,7 +135,7 @@ def test_max_and_min_refuse_a_delay():
 # -- goldilocks / max edge cases --------------------------------------------------------------
 
 def test_insert_exactly_at_the_cti_is_on_time():  # TS §2.4
-    p = goldilocks(10)
+    p = goldilocks(Nanoseconds(10))
     s, _ = p.step(p.initial(), Event.cti(100, source="A"))
     on_time = Event.point(90, source="B")
     assert p.step(s, on_time) == (s, (on_time,))
@@ -153,7 +155,7 @@ def test_on_time_insert_returns_the_same_state_object():
 
 
 def test_delay_larger_than_t_and_the_min_time_floor():  # TS §2.2
-    p = goldilocks(10**6)
+    p = goldilocks(Nanoseconds(10**6))
     s, out = p.step(p.initial(), Event.cti(5, source="A"))
     assert out == (Event.cti(5 - 10**6),)
     s, out = p.step(s, Event.cti(MIN_TIME + 3, source="A"))
@@ -166,13 +168,13 @@ def test_delay_larger_than_t_and_the_min_time_floor():  # TS §2.2
 
 
 def test_huge_delay_floors_every_cti():
-    p = goldilocks(2**70)
+    p = goldilocks(Nanoseconds(2**70))
     s, out = p.step(p.initial(), Event.cti(MAX_TIME, source="A"))
     assert out == (Event.cti(MIN_TIME),)
 
 
 def test_cti_at_infinity_is_delayed_like_any_other():
-    p = goldilocks(5)
+    p = goldilocks(Nanoseconds(5))
     _, out = p.step(p.initial(), Event.cti_infinity(source="A"))
     assert out == (Event.cti(MAX_TIME - 5),)
 
@@ -326,7 +328,7 @@ on_lates = st.sampled_from(["drop", "adjust"])
 @settings(max_examples=1000, deadline=None)
 @given(arrivals_strategy(), delays, on_lates)
 def test_goldilocks_matches_reference_and_rules(arrivals, delay, on_late):
-    emitted, late = run_steps(goldilocks(delay, on_late=on_late), arrivals)
+    emitted, late = run_steps(goldilocks(Nanoseconds(delay), on_late=on_late), arrivals)
     assert (emitted, late) == reference_goldilocks(arrivals, delay, on_late)
     _check_rules(arrivals, emitted, late)
 
@@ -380,7 +382,7 @@ def _step_by_step(policy, state, events):
 def test_step_many_decides_exactly_as_step_over_any_split(arrivals, delay, on_late, data):
     """The union's batch path runs ``step_many`` over whatever batches arrivals come in: any
     split of any arrival sequence, from any state, must give step's outputs and state."""
-    for policy in (goldilocks(delay, on_late=on_late), max_policy(on_late=on_late),
+    for policy in (goldilocks(Nanoseconds(delay), on_late=on_late), max_policy(on_late=on_late),
                    min_policy(on_late=on_late)):
         cut = data.draw(st.integers(0, len(arrivals)), label="prefix run by step")
         state, _, _ = _step_by_step(policy, policy.initial(), arrivals[:cut])
@@ -399,7 +401,7 @@ def test_step_many_decides_exactly_as_step_over_any_split(arrivals, delay, on_la
 
 
 def test_step_many_without_events_returns_the_state_it_was_given():
-    p = goldilocks(5)
+    p = goldilocks(Nanoseconds(5))
     s = p.step(p.initial(), Event.cti(100))[0]
     assert p.step_many(s, []) == (s, [], [], [])
     assert p.step_many(p.initial(), []) == (p.initial(), [], [], [])

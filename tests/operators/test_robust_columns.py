@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from engine.event import CTI, INTERVAL, Event, LateRecord
 from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED
+from engine.times import Nanoseconds
 from operators import goldilocks, quantile_policy
 from operators.robust_columns import JOIN_ROW, LEAVE_ROW, REASONS
 from tests.operators.test_robust_policies import _guarded, _quantile
@@ -76,10 +77,10 @@ def _run_in_pieces(policy, arrivals, cuts):
 
 
 _POLICIES = st.one_of(
-    st.builds(quantile_policy, st.integers(1, 4), st.integers(0, 10),
+    st.builds(quantile_policy, st.integers(1, 4), st.integers(0, 10).map(Nanoseconds),
               st.sampled_from(["drop", "adjust"])),
-    st.builds(lambda m, d, o: goldilocks(d, o, max_ahead=m), st.integers(0, 30),
-              st.integers(0, 10), st.sampled_from(["drop", "adjust"])))
+    st.builds(lambda m, d, o: goldilocks(d, o, max_ahead=m), st.integers(0, 30).map(Nanoseconds),
+              st.integers(0, 10).map(Nanoseconds), st.sampled_from(["drop", "adjust"])))
 
 
 @settings(max_examples=400, deadline=None)
@@ -95,7 +96,7 @@ def test_ts_2_5_2_6_columns_decide_as_the_steps_wherever_cut(arrivals, policy, c
 
 @settings(max_examples=200, deadline=None)
 @given(arrivals=arrivals_strategy(markers=True), k=st.integers(1, 4),
-       max_ahead=st.integers(0, 30), delay=st.integers(0, 10),
+       max_ahead=st.integers(0, 30).map(Nanoseconds), delay=st.integers(0, 10).map(Nanoseconds),
        on_late=st.sampled_from(["drop", "adjust"]))
 def test_ts_2_5_2_6_columns_match_the_reference(arrivals, k, max_ahead, delay, on_late):
     got, _ = _run_in_pieces(quantile_policy(k, delay, on_late), arrivals, [])

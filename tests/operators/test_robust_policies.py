@@ -13,6 +13,7 @@ from engine import CallbackSubscriber, Event
 from engine.errors import InputError
 from engine.event import CTI
 from engine.times import MIN_TIME
+from engine.times import Nanoseconds
 from operators import Union, goldilocks, quantile_policy
 from operators.policies import resolve_policy
 from operators.robust import GOLDILOCKS, MAX_AHEAD, QUANTILE
@@ -50,7 +51,7 @@ def _guarded(max_ahead):
 @given(arrivals=arrivals_strategy(markers=True), k=st.integers(1, 4),
        delay=st.integers(0, 10), on_late=st.sampled_from(["drop", "adjust"]))
 def test_ts_2_5_quantile_steps_match_the_reference(arrivals, k, delay, on_late):
-    got = run_steps(quantile_policy(k, delay, on_late), arrivals)
+    got = run_steps(quantile_policy(k, Nanoseconds(delay), on_late), arrivals)
     assert got == reference_live(arrivals, delay, _quantile(k), on_late)
 
 
@@ -58,7 +59,8 @@ def test_ts_2_5_quantile_steps_match_the_reference(arrivals, k, delay, on_late):
 @given(arrivals=arrivals_strategy(markers=True), max_ahead=st.integers(0, 30),
        delay=st.integers(0, 10), on_late=st.sampled_from(["drop", "adjust"]))
 def test_ts_2_6_max_ahead_steps_match_the_reference(arrivals, max_ahead, delay, on_late):
-    got = run_steps(goldilocks(delay, on_late, max_ahead=max_ahead), arrivals)
+    got = run_steps(goldilocks(Nanoseconds(delay), on_late, max_ahead=Nanoseconds(max_ahead)),
+                    arrivals)
     assert got == reference_live(arrivals, delay, _guarded(max_ahead), on_late)
 
 
@@ -111,7 +113,7 @@ def test_ts_2_5_one_input_an_hour_ahead_loses_the_others_nothing(policy):
 
 
 def test_ts_2_6_a_runaway_is_trusted_once_corroborated():
-    p = goldilocks(0, max_ahead=10)
+    p = goldilocks(0, max_ahead=Nanoseconds(10))
     s = p.initial()
     s, out = p.step(s, Event.cti(100, source="A"))
     assert out == (Event.cti(100),)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from engine import CallbackSubscriber, Event, collect, from_iterable, pipe
 from engine.event import CTI, DROPPED
+from engine.times import Nanoseconds
 from operators import Union, advance_time, broadcast, cti_sync, max_policy, reorder
 from operators.timegen import AdvanceTime
 from tests.reference import arrivals_strategy, reference_goldilocks
@@ -19,7 +20,7 @@ TIMEOUT = 10.0
 @given(arrivals=arrivals_strategy(), delay=st.sampled_from([0, 3, 10, 25]),
        on_late=st.sampled_from(["drop", "adjust"]), prefetch=st.integers(1, 8))
 def test_cti_sync_matches_the_reference(arrivals, delay, on_late, prefetch):
-    operator = cti_sync(delay, on_late, prefetch=prefetch)
+    operator = cti_sync(Nanoseconds(delay), on_late, prefetch=prefetch)
     out = collect(pipe(from_iterable(arrivals), operator), timeout=TIMEOUT, prefetch=prefetch)
     expected, expected_late = reference_goldilocks(arrivals, delay, on_late)
     assert out == expected
@@ -27,7 +28,7 @@ def test_cti_sync_matches_the_reference(arrivals, delay, on_late, prefetch):
 
 
 def test_cti_sync_state_belongs_to_the_subscription():
-    operator = cti_sync(5)
+    operator = cti_sync(Nanoseconds(5))
     stream = pipe(from_iterable([Event.cti(20), Event.point(1)]), operator)
     assert collect(stream) == collect(stream) == [Event.cti(15)]
     assert [r.action for r in operator.late.drain()] == [DROPPED, DROPPED]
@@ -38,9 +39,9 @@ def test_cti_sync_state_belongs_to_the_subscription():
        delay=st.integers(0, 10), final=st.booleans())
 def test_advance_time_is_its_step_logic(starts, every, delay, final):
     events = [Event.point(t) for t in starts]
-    operator = advance_time(every_events=every, delay=delay, final_cti=final)
+    operator = advance_time(every_events=every, delay=Nanoseconds(delay), final_cti=final)
     out = collect(pipe(from_iterable(events), operator), timeout=TIMEOUT)
-    gen = AdvanceTime(every, None, delay)
+    gen = AdvanceTime(every, None, Nanoseconds(delay))
     expected = [o for e in events for o in gen.step(e)] + list(gen.flush(to_infinity=final))
     assert out == [o for o in expected if o.__class__ is Event]
     assert operator.late.drain() == [o for o in expected if o.__class__ is not Event]

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from engine.errors import InputError
 from engine.event import CTI, Event, LateRecord
 from engine.times import MAX_TIME, MIN_TIME
+from engine.times import Nanoseconds
 from operators.timegen import AdvanceStats, AdvanceTime
 
 
@@ -32,7 +33,7 @@ def p(t, source=None):
 
 
 def test_every_n_events_with_delay_marble():
-    gen = AdvanceTime(every_events=2, delay=2)
+    gen = AdvanceTime(every_events=2, delay=Nanoseconds(2))
     emitted, late = run(gen, [p(t) for t in (5, 3, 9, 6, 4, 8)])
     assert emitted == [p(5), p(3), Event.cti(3), p(9), p(6), Event.cti(7), p(8)]
     assert late == [LateRecord(None, p(4), 7, "dropped")]
@@ -63,7 +64,7 @@ def test_generated_cti_never_exceeds_an_event_already_passed():
 
 
 def test_delay_floor_at_min_time():  # TS §2.2
-    gen = AdvanceTime(every_events=1, delay=100)
+    gen = AdvanceTime(every_events=1, delay=Nanoseconds(100))
     assert gen.step(p(MIN_TIME + 5)) == (p(MIN_TIME + 5), Event.cti(MIN_TIME))
     assert gen.step(p(MIN_TIME + 50)) == (p(MIN_TIME + 50),)  # still MIN_TIME: not emitted
 
@@ -91,7 +92,7 @@ def test_upstream_ctis_pass_when_they_advance():  # TS §2.1
 
 
 def test_flush():
-    gen = AdvanceTime(every_events=10, delay=1)
+    gen = AdvanceTime(every_events=10, delay=Nanoseconds(1))
     assert gen.flush() == ()
     run(gen, [p(4), p(8)])
     assert gen.flush() == (Event.cti(7),)
@@ -106,7 +107,7 @@ def test_flush():
     ({"every_events": True}, "every_events=True"),
     ({"every_events": 1.5}, "every_events=1.5"),
     ({"every": "-5m"}, "advance_time: every"),
-    ({"every_events": 1, "delay": -1}, "advance_time: delay: -1 is negative"),
+    ({"every_events": 1, "delay": -1}, "advance_time: delay: -1 must not be negative"),
     ({"every_events": 1, "on_late": "keep"}, "on_late='keep'.*'drop' or 'adjust'"),
 ])
 def test_validation(kwargs, message):
@@ -122,8 +123,9 @@ events = st.lists(st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(events, st.one_of(st.none(), st.integers(1, 5)), st.one_of(st.none(), st.integers(0, 30)),
-       st.integers(0, 20), st.sampled_from(["drop", "adjust"]), st.booleans())
+@given(events, st.one_of(st.none(), st.integers(1, 5)),
+       st.one_of(st.none(), st.integers(0, 30).map(Nanoseconds)),
+       st.integers(0, 20).map(Nanoseconds), st.sampled_from(["drop", "adjust"]), st.booleans())
 def test_output_rules(evs, every_events, every, delay, on_late, to_infinity):
     if every_events is None and every is None:
         every_events = 1
@@ -175,5 +177,5 @@ def test_every_n_matches_a_naive_model(starts, n, delay):
             if last is None or c > last:
                 last = c
                 expected.append(Event.cti(c))
-    emitted, _ = run(AdvanceTime(every_events=n, delay=delay), [p(s) for s in starts])
+    emitted, _ = run(AdvanceTime(every_events=n, delay=Nanoseconds(delay)), [p(s) for s in starts])
     assert emitted == expected

@@ -1,5 +1,5 @@
 """The Union: properties over arbitrary arrival orders against the brute-force reference models,
-the seed's worked example, lifecycle, accounting and backpressure.
+the worked example of design.md §4.2, lifecycle, accounting and backpressure.
 
 Arrivals are driven from the test's thread (emitters' ``try_send``, or publishers whose signals
 are tapped), so the arrival order the union sees is known exactly and can be replayed through
@@ -21,6 +21,7 @@ from engine import (MAX_DEMAND, CallbackSubscriber, ClosedError, Event, InputErr
                     LateRecord, collect, from_iterable, transform)
 from engine.event import ADJUSTED, CTI, DROPPED
 from engine.times import MAX_TIME, format_ns
+from engine.times import Nanoseconds
 from operators import Union, cti_sync, goldilocks, max_policy, min_policy
 from operators.union import ACTIVE, COMPLETED, FAILED, REMOVED
 from tests.reference import reference_goldilocks, reference_min
@@ -109,7 +110,7 @@ def make_policy(policy_name: str, delay: int, on_late: str):
         return min_policy(on_late)
     if policy_name == "max":
         return max_policy(on_late)
-    return goldilocks(delay, on_late)
+    return goldilocks(Nanoseconds(delay), on_late)
 
 
 POLICIES = st.sampled_from([("goldilocks", 0), ("goldilocks", 3), ("goldilocks", 10),
@@ -598,7 +599,7 @@ def test_new_subscriber_after_cancel_continues_the_stream():
 
 
 def test_add_and_remove_while_running_from_other_threads():
-    union = Union(goldilocks(5), prefetch=16, max_buffered=64)
+    union = Union(goldilocks(Nanoseconds(5)), prefetch=16, max_buffered=64)
     probe = Probe(MAX_DEMAND)
     union.subscribe(probe)
 
@@ -642,7 +643,8 @@ def test_remove_racing_an_arriving_event_never_strands_it():
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for seed in range(300):
             rng = random.Random(seed)
-            union = Union(goldilocks(5), prefetch=rng.choice((1, 4, 16)), max_buffered=64)
+            union = Union(goldilocks(Nanoseconds(5)), prefetch=rng.choice((1, 4, 16)),
+                          max_buffered=64)
             probe = Probe(MAX_DEMAND)
             union.subscribe(probe)
             handles = [union.add(from_iterable(endless(), executor=pool), name=f"d{i}")
@@ -729,7 +731,7 @@ def test_late_output_on_the_batch_path_keeps_records_that_fit_and_counts_the_res
 
 
 def test_adjust_clips_overlapping_intervals_and_drops_points():
-    union = Union(goldilocks(2, "adjust"))
+    union = Union(goldilocks(Nanoseconds(2), "adjust"))
     probe = Probe(MAX_DEMAND)
     union.subscribe(probe)
     a = union.open_input("A")
@@ -746,7 +748,7 @@ def test_adjust_clips_overlapping_intervals_and_drops_points():
 
 
 def test_stats_against_hand_computed_values():
-    union = Union(goldilocks(10), prefetch=4, max_buffered=6)
+    union = Union(goldilocks(Nanoseconds(10)), prefetch=4, max_buffered=6)
     probe = Probe()
     union.subscribe(probe)
     a = union.open_input("A")
@@ -963,7 +965,8 @@ def test_send_many_blocking_from_threads_keeps_order_and_accounting(seed):
     into a small union drained by random demand: every event is emitted or late, once, and
     each input's emitted events keep its order."""
     rng = random.Random(seed)
-    union = Union(goldilocks(3), prefetch=rng.randint(1, 64), max_buffered=rng.randint(64, 200))
+    union = Union(goldilocks(Nanoseconds(3)), prefetch=rng.randint(1, 64),
+                  max_buffered=rng.randint(64, 200))
     probe = Probe()
     union.subscribe(probe)
     lists = {name: [Event.cti(t, source=name) if t % 50 == 49 else Event.point(t, source=name)

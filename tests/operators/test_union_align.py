@@ -17,13 +17,18 @@ from hypothesis import given, settings, strategies as st
 from engine import CallbackSubscriber, Event
 from engine.clock import VirtualClock
 from engine.event import CTI
+from engine.times import Nanoseconds
 from operators import Union, goldilocks
 from tests.reference import reference_goldilocks
 
 
 def _union(**options):
+    """A union and its output; ``delay``, ``max_drift`` and ``idle_after`` in nanoseconds."""
+    for name in ("max_drift", "idle_after"):
+        if isinstance(options.get(name), int):
+            options[name] = Nanoseconds(options[name])
     out: list[Event] = []
-    union = Union(goldilocks(options.pop("delay", 10)), **options)
+    union = Union(goldilocks(Nanoseconds(options.pop("delay", 10))), **options)
     union.subscribe(CallbackSubscriber(out.append, prefetch=1 << 20))
     return union, out
 
@@ -127,7 +132,7 @@ def test_ts_4_6_the_configuration_is_checked():
 
 # -- the property -------------------------------------------------------------------------
 
-DELAY = 40
+DELAY = Nanoseconds(40)
 STEP = 3      # g: an input's time advances by at most this per event
 CTI_GAP = 3   # q: at most this many events between an input's CTIs
 PREFETCH = 2

@@ -14,6 +14,7 @@ import pytest
 
 from engine import ClosedError, Event, from_iterable
 from engine.event import CTI
+from engine.times import Nanoseconds
 from operators import Union, goldilocks
 from tests.operators.test_union_stress import Consumer, finish
 
@@ -74,7 +75,8 @@ def producer(union: Union, index: int, stop: threading.Event) -> dict:
 @pytest.mark.slow
 def test_ts_4_6_no_deadlock_with_inputs_joining_leaving_idling_at_random():
     rng = random.Random(SEED)
-    union = Union(goldilocks(100), max_drift=50, idle_after=int(IDLE_AFTER * 10**9),
+    union = Union(goldilocks(Nanoseconds(100)), max_drift=Nanoseconds(50),
+                  idle_after=Nanoseconds(int(IDLE_AFTER * 10**9)),
                   max_buffered=256, late_capacity=100, final_cti=True)
     consumer = Consumer(rng)
     union.subscribe(consumer)

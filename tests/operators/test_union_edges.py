@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 from engine.errors import InputError
 from engine.event import Event
 from engine.sinks import CallbackSubscriber
+from engine.times import Nanoseconds
 from operators import Union, goldilocks, with_edges
 from tests.reference import edge_arrivals_strategy, reference_edges
 from tests.waiting import wait_until
 
 
 def _run_union(arrivals, delay, on_late, chunk):
-    union = Union(with_edges(goldilocks(delay, on_late=on_late)), prefetch=64,
+    union = Union(with_edges(goldilocks(Nanoseconds(delay), on_late=on_late)), prefetch=64,
                   max_buffered=1024)
     out: list = []
     done = []

@@ -19,11 +19,12 @@ import pytest
 
 from engine import INLINE, MAX_DEMAND, Event
 from engine.event import CTI
+from engine.times import Nanoseconds
 from operators import Union, goldilocks, min_policy
 from operators.union.merge import Output
 
 SEED = 20_261_123
-DELAY = 10
+DELAY = Nanoseconds(10)
 TIMEOUT = 30.0
 
 

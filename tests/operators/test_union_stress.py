@@ -14,6 +14,7 @@ import pytest
 
 from engine import ClosedError, Event, from_iterable
 from engine.event import CTI
+from engine.times import Nanoseconds
 from operators import Union, goldilocks
 
 SEED = 20_240_613
@@ -150,7 +151,8 @@ def producer(union: Union, index: int, quota: int, stop: threading.Event,
 @pytest.mark.slow
 def test_million_events_from_eight_threads_with_churn():
     rng = random.Random(SEED)
-    union = Union(goldilocks(3000, "adjust"), prefetch=PREFETCH, max_buffered=MAX_BUFFERED,
+    union = Union(goldilocks(Nanoseconds(3000), "adjust"), prefetch=PREFETCH,
+                  max_buffered=MAX_BUFFERED,
                   late_capacity=1000, final_cti=True)
     consumer = Consumer(rng)
     union.subscribe(consumer)

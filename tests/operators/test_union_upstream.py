@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from engine import CallbackSubscriber, Event
+from engine.times import Nanoseconds
 from operators import Union, goldilocks
 
 TIMEOUT = 30.0
@@ -66,7 +67,7 @@ def test_rs_2_7_a_merge_turn_on_the_producer_thread_does_not_request_while_a_gra
     arrivals are merged there and cross the low-water mark: that turn's grant must not call
     ``request`` on the same subscription at the same time; it is made once the first call
     returns."""
-    union = Union(goldilocks(10), prefetch=8)
+    union = Union(goldilocks(Nanoseconds(10)), prefetch=8)
     got: list[Event] = []
     union.subscribe(CallbackSubscriber(got.append, prefetch=1 << 20))
     publisher = HandingOn()

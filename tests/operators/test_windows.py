@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from engine import Event, collect, from_iterable, pipe
 from engine.errors import InputError
 from engine.event import CTI, LateRecord
+from engine.times import Nanoseconds
 from operators import cti_sync, goldilocks
 from operators.window_columns import WindowColumns
 from operators.windows import (WINDOW_CLOSED, WindowResult, Windows, WindowSpec, fold,
@@ -86,7 +87,8 @@ def test_ts_6_1_windows_by_the_streams_ctis_match_the_reference(stream, spec, ke
 @settings(max_examples=200, deadline=None)
 @given(stream=streams(), spec=specs, keyed=st.booleans(), delay=st.integers(0, 15))
 def test_ts_6_3_per_key_clocks_match_the_reference(stream, spec, keyed, delay):
-    windows = Windows(spec, FOLDS, key="source" if keyed else None, clocks=goldilocks(delay))
+    windows = Windows(spec, FOLDS, key="source" if keyed else None,
+                      clocks=goldilocks(Nanoseconds(delay)))
     emitted, late = run(windows, stream)
     want, want_late = reference_windows(stream, spec.size, spec.hop, REFERENCE_FOLDS,
                                         keyed=keyed, offset=spec.offset, clock_delay=delay)
@@ -181,7 +183,7 @@ def test_ts_6_3_per_key_clocks_on_columns_over_any_chunk_split_match_the_referen
     """The kernel with per-key clocks, fed every insert and the CTIs each key's own policy
     emits (each moving that key's clock only), gives the reference's windows, in its order,
     and its late inserts; the counts are the element path's."""
-    policy = goldilocks(delay)
+    policy = goldilocks(Nanoseconds(delay))
     states: dict = {}
     rows = []  # inserts as they arrived, CTIs as each key's policy emitted them
     for e in stream:
@@ -328,7 +330,7 @@ def test_ts_6_3_a_device_window_closes_by_its_own_time():
 
 def test_ts_6_4_idle_keys_are_evicted_their_windows_emitted_and_cannot_reopen():
     w = Windows(WindowSpec(60, 60), (parse_fold("count"),), key="source",
-                clocks=goldilocks(0), idle_after=300)
+                clocks=goldilocks(0), idle_after=Nanoseconds(300))
     w.step(Event.point(10, source="gone"))
     w.step(Event.cti(20, source="gone"))
     w.step(Event.point(30, source="live"))
@@ -345,10 +347,11 @@ def test_ts_6_4_idle_keys_are_evicted_their_windows_emitted_and_cannot_reopen():
 
 @settings(max_examples=300, deadline=None)
 @given(stream=streams(), spec=specs, delay=st.integers(0, 15),
-       idle_after=st.one_of(st.none(), st.integers(0, 40)), max_keys=st.integers(1, 3))
+       idle_after=st.one_of(st.none(), st.integers(0, 40).map(Nanoseconds)),
+       max_keys=st.integers(1, 3))
 def test_ts_6_4_evictions_never_emit_a_window_twice_and_lose_nothing(stream, spec, delay,
                                                                       idle_after, max_keys):
-    windows = Windows(spec, FOLDS, key="source", clocks=goldilocks(delay),
+    windows = Windows(spec, FOLDS, key="source", clocks=goldilocks(Nanoseconds(delay)),
                       idle_after=idle_after, max_keys=max_keys)
     emitted, late = run(windows, stream)  # run() checks the invariants after every step
     seen = [(e.payload.key, e.payload.start) for e in emitted]
@@ -384,8 +387,8 @@ def test_ts_6_4_max_keys_evicts_the_longest_idle_key():
 def test_windows_after_cti_sync_in_a_pipeline():
     events = [Event.point(t, {"t": float(t)}, "A") for t in range(0, 100, 7)]
     events += [Event.cti(200, source="A")]
-    op = tumbling(30, "mean:t", "max:t")
-    out = collect(pipe(from_iterable(events), cti_sync(50), op))
+    op = tumbling(Nanoseconds(30), "mean:t", "max:t")
+    out = collect(pipe(from_iterable(events), cti_sync(Nanoseconds(50)), op))
     results = [e.payload for e in out if e.kind != CTI]
     assert [(r.start, r.count) for r in results] == [(0, 5), (30, 4), (60, 4), (90, 2)]
     assert results[0].values == {"mean_t": 14.0, "max_t": 28.0}
@@ -394,7 +397,7 @@ def test_windows_after_cti_sync_in_a_pipeline():
 
 
 def test_late_inserts_reach_the_operators_late_output():
-    op = tumbling(10)
+    op = tumbling(Nanoseconds(10))
     out = collect(pipe(from_iterable([Event.cti(20), Event.point(5, source="A")]), op))
     assert out == [Event.cti(20)]
     (record,) = op.late.drain()
@@ -434,7 +437,7 @@ def test_windows_behind_a_union_fed_from_a_thread_pool(seed):
     rng = random.Random(seed)
     pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="windows-union")
     try:
-        union = Union(goldilocks(40), final_cti=True, prefetch=8, max_buffered=32)
+        union = Union(goldilocks(Nanoseconds(40)), final_cti=True, prefetch=8, max_buffered=32)
         for d in range(4):
             skew = rng.randint(-30, 30)
             events = []
@@ -445,7 +448,7 @@ def test_windows_behind_a_union_fed_from_a_thread_pool(seed):
                     events.append(Event.cti(t))
             union.add(from_iterable(events, executor=pool), name=f"dev-{d}")
         union.close()
-        op = tumbling(25, "count", "sum:v", key="source")
+        op = tumbling(Nanoseconds(25), "count", "sum:v", key="source")
         out = collect(pipe(union, op), timeout=60)
     finally:
         pool.shutdown(wait=True)

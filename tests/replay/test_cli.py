@@ -68,8 +68,13 @@ def test_missing_file_is_an_input_error(tmp_path, capsys):
 @pytest.mark.parametrize("args, option, says", [
     (["--delay", "abc"], "--delay", "cannot parse 'abc' as a duration"),
     (["--delay", "5 minutes later"], "--delay", "cannot parse '5 minutes later'"),
-    (["--delay=-5m"], "--delay", "cannot parse '-5m'"),
-    (["--delay", "-5m"], "--delay", "expected one argument"),
+    (["--delay=-5m"], "--delay", "'-5m' must not be negative"),
+    (["--delay", "-5m"], "--delay", "'-5m' must not be negative"),
+    (["--delay", "300"], "--delay", "'300' has no unit; expected a duration with its unit, "
+                                    "e.g. '300s', '5m', 'PT5M' or '300ns'"),
+    (["--delay", "1.5"], "--delay", "'1.5' has no unit"),
+    (["--window", "60", "--agg", "count"], "--window", "'60' has no unit"),
+    (["--max-ahead", "-1s"], "--max-ahead", "'-1s' must not be negative"),
     (["--delay", "1 month"], "--delay", "years or months"),
     (["--policy", "nope"], "--policy", "invalid choice: 'nope' (choose from 'goldilocks', "
                                        "'max', 'min', 'quantile')"),
@@ -102,10 +107,12 @@ def _replayed(tmp_path, name: str, *args: str) -> bytes:
     return out.read_bytes()
 
 
-def test_delay_zero_integer_nanoseconds_and_words(tmp_path):
-    # replay.md: int ns work as --delay; '5 minutes' (Spark's words) means 5m
+def test_delay_zero_units_and_words(tmp_path):
+    # replay.md: a duration with its unit (nanoseconds too); '5 minutes' (Spark's words) is 5m
     five = _replayed(tmp_path, "a", "--delay", "5m")
-    assert _replayed(tmp_path, "b", "--delay", "300000000000") == five
+    assert _replayed(tmp_path, "b", "--delay", "300000000000ns") == five
+    assert _replayed(tmp_path, "b2", "--delay", "300s") == five
+    assert _replayed(tmp_path, "b3", "--delay", "PT5M") == five
     assert _replayed(tmp_path, "c", "--delay", "5 minutes") == five
     assert _replayed(tmp_path, "d", "--delay", "interval 5 minutes") == five
     zero = _replayed(tmp_path, "e", "--delay", "0")
@@ -206,7 +213,7 @@ def _summary(err: str) -> tuple[list[str], dict[str, list[str]]]:
     return header, rows
 
 
-# the seed's example, then a join, a CTI of the merged stream and a leave
+# the worked example (design.md §4.2), then a join, a CTI of the merged stream and a leave
 SUMMARY_LOG = SEED_LOG + (b'{"source":"C","kind":"join"}\n'
                           b'{"kind":"cti","start":500250000000}\n'
                           b'{"source":"B","kind":"leave"}\n')

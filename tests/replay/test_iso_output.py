@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from goldilocks.cli import main
 from eventlog import iso_time, read_records
 from goldilocks.replay import COLUMNAR, ELEMENT, replay
-from engine.times import MAX_TIME, MIN_TIME, format_rfc3339, to_ns
+from engine.times import MAX_TIME, MIN_TIME, Nanoseconds, format_rfc3339, to_ns
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "examples" / "data" / "fleet.jsonl"
@@ -94,7 +94,7 @@ def test_iso_bytes_are_the_same_on_both_paths_and_read_back_to_the_events(
         lines[i].append(orjson.dumps({"seq": n, **r} if files > 1 else r) + b"\n")
     for path, chunk in zip(logs, lines):
         path.write_bytes(b"".join(chunk))
-    kw = dict(delay=delay * grain, on_late=on_late, time_unit="ns")
+    kw = dict(delay=Nanoseconds(delay * grain), on_late=on_late, time_unit="ns")
     a = replay(logs, out=d / "col.jsonl", late=d / "col-late.jsonl", time_format="iso", **kw)
     el_out, el_late = io.BytesIO(), io.BytesIO()
     b = replay(logs, out=el_out, late=el_late, time_format="iso", **kw)

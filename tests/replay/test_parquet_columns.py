@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from engine.errors import BadRecordError
 from eventlog import insert_line, insert_prefix
 from engine.times import MAX_TIME, MIN_TIME
+from engine.times import Nanoseconds
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -69,7 +70,8 @@ def _replay(path, tmp, columnar, **kw):
 
     out, late = tmp / "o.jsonl", tmp / "l.jsonl"
     try:
-        stats = replay([path], delay=3, out=out if columnar else io.BytesIO(), late=late,
+        stats = replay([path], delay=Nanoseconds(3), out=out if columnar else io.BytesIO(),
+                       late=late,
                        columnar=columnar, **kw)
     except BadRecordError as err:
         return ("error", str(err))

@@ -1,5 +1,6 @@
-"""Replay: the seed's example, byte-identical output (TS §5.1), merge order (TS §5.2), both
-paths agree (hypothesis), every format gives the same output, pacing in virtual time."""
+"""Replay: the worked example (design.md §4.2), byte-identical output (TS §5.1), merge order
+(TS §5.2), both paths agree (hypothesis), every format gives the same output, pacing in
+virtual time."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import InputError
+from engine.times import Nanoseconds
 from eventlog import read_records, write_log
 from goldilocks.replay import COLUMNAR, ELEMENT, VirtualClock, replay
 
@@ -132,7 +134,7 @@ def test_columnar_and_element_paths_write_identical_bytes(tmp_path_factory, reco
     log = d / "log.jsonl"
     write_log(log, [{k: v for k, v in r.items() if v is not None or k != "source"}
                     for r in records])
-    a = both_paths(d, log, delay=delay if policy == "goldilocks" else 0, policy=policy,
+    a = both_paths(d, log, delay=Nanoseconds(delay) if policy == "goldilocks" else 0, policy=policy,
                    on_late=on_late)
     # the per-input rows add up to the totals: every record (leaves too) is in one row, and
     # every output CTI is counted on the input whose record caused it
@@ -198,7 +200,7 @@ def test_columnar_path_over_any_chunk_split_writes_the_element_bytes(tmp_path_fa
                     for r in records])
     cuts = data.draw(st.lists(st.integers(0, len(records)), max_size=8), label="cuts")
     policy = __import__("operators.policies", fromlist=["goldilocks"]).goldilocks(
-        delay, on_late=on_late)
+        Nanoseconds(delay), on_late=on_late)
     table = SourceTable()
     col_out, col_late = io.BytesIO(), io.BytesIO()
     chunks = _rechunk(merge_columns([str(log)], table=table, bad=BadRecords()), cuts)
@@ -228,7 +230,7 @@ def test_columnar_path_keeps_no_whole_log_state(tmp_path, monkeypatch):
     write_log(tmp_path / "big.jsonl", [
         {"source": "A", "kind": "cti" if i % 10 == 9 else "insert", "start": i}
         for i in range(5000)])
-    policy = goldilocks(3)
+    policy = goldilocks(Nanoseconds(3))
     seen: list[int] = []
 
     class Recording(type(policy)):

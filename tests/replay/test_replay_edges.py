@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from engine.errors import BadRecordError
 from engine.event import END, INTERVAL, START
+from engine.times import Nanoseconds
 from eventlog import encode_event, encode_late, write_log
 from goldilocks.replay import COLUMNAR, ELEMENT, replay
 from tests.reference import edge_arrivals_strategy, reference_edges
@@ -55,10 +56,11 @@ def test_both_paths_write_the_reference_bytes_over_any_chunks(tmp_path_factory, 
     log = d / "log.jsonl"
     write_log(log, [_record(e) for e in arrivals])
     want_out, want_late = _expected(arrivals, delay, on_late)
-    a = replay([log], delay=delay, on_late=on_late, out=d / "col.out", late=d / "col.late",
+    a = replay([log], delay=Nanoseconds(delay), on_late=on_late, out=d / "col.out",
+               late=d / "col.late",
                columnar=True)
     el_out, el_late = io.BytesIO(), io.BytesIO()
-    b = replay([log], delay=delay, on_late=on_late, out=el_out, late=el_late)
+    b = replay([log], delay=Nanoseconds(delay), on_late=on_late, out=el_out, late=el_late)
     assert (a.path, b.path) == (COLUMNAR, ELEMENT)
     assert (d / "col.out").read_bytes() == el_out.getvalue() == want_out
     assert (d / "col.late").read_bytes() == el_late.getvalue() == want_late
@@ -68,7 +70,7 @@ def test_both_paths_write_the_reference_bytes_over_any_chunks(tmp_path_factory, 
     cuts = data.draw(st.lists(st.integers(0, len(arrivals)), max_size=6), label="cuts")
     table = SourceTable()
     out, late = io.BytesIO(), io.BytesIO()
-    tally = run_columnar(with_edges(goldilocks(delay, on_late=on_late)),
+    tally = run_columnar(with_edges(goldilocks(Nanoseconds(delay), on_late=on_late)),
                          _rechunk(merge_columns([str(log)], table=table, bad=BadRecords()),
                                   cuts), table, Output(out), Output(late), False)
     assert (out.getvalue(), late.getvalue()) == (want_out, want_late)
@@ -146,8 +148,8 @@ def test_robust_rules_decide_edges_on_their_columnar_path(tmp_path_factory, arri
     with edges, and every late line — a rule's or an edge's — names its reason last."""
     from operators import goldilocks, quantile_policy
 
-    policy = (quantile_policy(k, delay, on_late) if rule == "quantile"
-              else goldilocks(delay, on_late, max_ahead=k))
+    policy = (quantile_policy(k, Nanoseconds(delay), on_late) if rule == "quantile"
+              else goldilocks(Nanoseconds(delay), on_late, max_ahead=Nanoseconds(k)))
     d = tmp_path_factory.mktemp("robust_edges")
     log = d / "log.jsonl"
     write_log(log, [_record(e) for e in arrivals])

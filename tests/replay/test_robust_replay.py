@@ -8,6 +8,7 @@ import io
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from engine.times import Nanoseconds
 from eventlog import write_log
 from goldilocks.replay import COLUMNAR, replay
 from operators import goldilocks, quantile_policy
@@ -17,10 +18,10 @@ _records = st.lists(st.one_of(_record, st.builds(lambda s: {"source": s, "kind":
                                                  st.sampled_from(["A", "B", "C"]))),
                     max_size=40)
 _policies = st.one_of(
-    st.builds(quantile_policy, st.integers(1, 3), st.integers(0, 20),
+    st.builds(quantile_policy, st.integers(1, 3), st.integers(0, 20).map(Nanoseconds),
               st.sampled_from(["drop", "adjust"])),
-    st.builds(lambda m, d, o: goldilocks(d, o, max_ahead=m), st.integers(0, 20),
-              st.integers(0, 20), st.sampled_from(["drop", "adjust"])))
+    st.builds(lambda m, d, o: goldilocks(d, o, max_ahead=m), st.integers(0, 20).map(Nanoseconds),
+              st.integers(0, 20).map(Nanoseconds), st.sampled_from(["drop", "adjust"])))
 
 
 def _write(d, records):

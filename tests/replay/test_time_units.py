@@ -17,6 +17,7 @@ from engine.errors import BadRecordError
 from eventlog import read_records, write_log
 from goldilocks.replay import replay
 from engine.times import NS_PER_S, TIME_UNITS, looks_unscaled, to_ns
+from engine.times import Nanoseconds
 
 T0 = 1_795_334_400  # 2026-11-22T08:00:00Z in seconds
 
@@ -105,12 +106,13 @@ def test_every_reader_path_refuses_unscaled_integers_and_converts_with_the_unit(
     records = _records(rows, TIME_UNITS[unit], arrival)
     reference = _write(d / "ns.jsonl", _in_ns(records, TIME_UNITS[unit]), "jsonl-flat")
     want_out, want_late = io.BytesIO(), io.BytesIO()
-    replay([reference], delay=3 * TIME_UNITS[unit], on_late=on_late, out=want_out, late=want_late,
+    delay = Nanoseconds(3 * TIME_UNITS[unit])  # three of the log's units
+    replay([reference], delay=delay, on_late=on_late, out=want_out, late=want_late,
            columnar=False)
     log = _write(d / f"log.{SHAPES[shape]}", records, shape)
     # no unit given: refused, naming file, line, field, and the option that says the unit
     with pytest.raises(BadRecordError) as info:
-        replay([log], delay=3 * TIME_UNITS[unit], on_late=on_late, out=io.BytesIO(), columnar=columnar)
+        replay([log], delay=delay, on_late=on_late, out=io.BytesIO(), columnar=columnar)
     line, field = _first_timed_line(records, shape)
     message = str(info.value)
     assert message.startswith(f"{log}:{line}: field '{field}': "), message
@@ -119,11 +121,11 @@ def test_every_reader_path_refuses_unscaled_integers_and_converts_with_the_unit(
     got_late = io.BytesIO()
     if columnar:
         out = d / "out.jsonl"
-        replay([log], delay=3 * TIME_UNITS[unit], on_late=on_late, out=out, late=got_late, time_unit=unit)
+        replay([log], delay=delay, on_late=on_late, out=out, late=got_late, time_unit=unit)
         got = out.read_bytes()
     else:
         buf = io.BytesIO()
-        replay([log], delay=3 * TIME_UNITS[unit], on_late=on_late, out=buf, late=got_late, time_unit=unit)
+        replay([log], delay=delay, on_late=on_late, out=buf, late=got_late, time_unit=unit)
         got = buf.getvalue()
     assert got == want_out.getvalue()
     assert got_late.getvalue() == want_late.getvalue()
@@ -143,7 +145,7 @@ def test_the_plausibility_rule():
 
 
 def test_small_relative_integers_stay_nanoseconds(seed_log, tmp_path):
-    # logs on a clock that starts at 0 (the seed's example) are read as before
+    # logs on a clock that starts at 0 (design.md §4.2's example) are read as before
     stats = replay([seed_log], delay="5m", out=tmp_path / "o.jsonl")
     assert stats.records == 7 and stats.late == 1
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from engine import Event
 from engine.errors import InputError
 from engine.event import CTI
+from engine.times import Nanoseconds
 from eventlog import read_records, write_log
 from goldilocks.cli import main
 from goldilocks.replay import replay
@@ -74,7 +75,8 @@ def test_columnar_and_element_paths_write_identical_rows(tmp_path_factory, recor
     log = d / "log.jsonl"
     _write(log, records)
     hop = max(size // hops, 1)
-    kw = dict(window=size, hop=hop, aggregates=AGGS, delay=delay, on_late=on_late,
+    kw = dict(window=Nanoseconds(size), hop=Nanoseconds(hop), aggregates=AGGS,
+              delay=Nanoseconds(delay), on_late=on_late,
               key="source" if keyed else None, time_format="iso" if iso else "ns")
     a, b = both_paths([log], d, kw)
     assert a.window_late == 0  # windows that follow the policy's CTIs see no late insert
@@ -82,7 +84,7 @@ def test_columnar_and_element_paths_write_identical_rows(tmp_path_factory, recor
     # policy's output (TS §6.1)
     plain = io.BytesIO()
     late = io.BytesIO()
-    replay([log], delay=delay, on_late=on_late, out=plain, late=late,
+    replay([log], delay=Nanoseconds(delay), on_late=on_late, out=plain, late=late,
            time_format="iso" if iso else "ns")
     assert (d / "el.late").read_bytes() == late.getvalue()
     merged = [Event.cti(r["start"]) if r["kind"] == "cti" else
@@ -116,7 +118,8 @@ def test_per_key_clocks_write_identical_rows_on_both_paths(tmp_path_factory, rec
     logs = [d / f"log{i}.jsonl" for i in range(files)]
     for i, log in enumerate(logs):
         _write(log, records[i::files])
-    kw = dict(window=size, hop=max(size // hops, 1), aggregates=AGGS, delay=delay,
+    kw = dict(window=Nanoseconds(size), hop=Nanoseconds(max(size // hops, 1)), aggregates=AGGS,
+              delay=Nanoseconds(delay),
               key="source", clock="key", time_format="iso" if iso else "ns")
     both_paths(logs, d, kw)
 
@@ -171,7 +174,8 @@ def test_a_missing_payload_key_names_file_and_line(tmp_path):
     for columnar in (True, False):
         with pytest.raises(Exception, match=r"k\.jsonl:2: field 'payload': the window key 'k' "
                                             r"is 3; expected a string"):
-            replay_windows([log], window=10, key="k", out=tmp_path / "o", columnar=columnar)
+            replay_windows([log], window=Nanoseconds(10), key="k", out=tmp_path / "o",
+                           columnar=columnar)
         assert not (tmp_path / "o").exists()  # TS §5.5: no partial output
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.event import CTI, END, Event
+from engine.times import Nanoseconds
 from eventlog import write_log
 from goldilocks.replay import replay
 from goldilocks.windowed import replay_windows
@@ -39,7 +40,8 @@ def test_windows_count_edges_by_their_start_on_both_paths(tmp_path_factory, arri
     log = d / "log.jsonl"
     write_log(log, [_record(e) for e in arrivals])
     hop = max(size // hops, 1)
-    kw = dict(window=size, hop=hop, aggregates=AGGS, delay=delay, on_late=on_late,
+    kw = dict(window=Nanoseconds(size), hop=Nanoseconds(hop), aggregates=AGGS,
+              delay=Nanoseconds(delay), on_late=on_late,
               key="source" if keyed else None)
     a = replay_windows([log], out=d / "col", late=d / "col.late", columnar=True, **kw)
     b = replay_windows([log], out=d / "el", late=d / "el.late", columnar=False, **kw)
@@ -48,7 +50,7 @@ def test_windows_count_edges_by_their_start_on_both_paths(tmp_path_factory, arri
     for f in ("records", "inserts", "late", "windows", "open", "final_cti"):
         assert getattr(a, f) == getattr(b, f), f
     late = io.BytesIO()
-    replay([log], delay=delay, on_late=on_late, late=late)
+    replay([log], delay=Nanoseconds(delay), on_late=on_late, late=late)
     assert (d / "el.late").read_bytes() == late.getvalue()  # the policy's records, as replay's
     emitted, _ = reference_edges(arrivals, delay, on_late)
     want, _ = reference_windows([e for e in emitted if e.kind != END], size, hop,
@@ -66,7 +68,7 @@ def test_per_key_clocks_count_a_start_edge_and_pass_over_its_end(tmp_path):
                     {"source": "A", "kind": "end", "start": 1, "end": 30, "id": 1},
                     {"source": "A", "kind": "cti", "start": 20}])
     out = tmp_path / "rows.jsonl"
-    replay_windows([log], window=10, aggregates=["sum:x"], key="source", clock="key",
+    replay_windows([log], window=Nanoseconds(10), aggregates=["sum:x"], key="source", clock="key",
                    delay=0, out=out)
     assert [orjson.loads(x) for x in out.read_bytes().splitlines()] == [
         {"start": 0, "end": 10, "key": "A", "count": 1, "sum_x": 2.0}]
@@ -82,7 +84,8 @@ def test_per_key_clocks_agree_on_both_paths_with_edges(tmp_path_factory, arrival
     d = tmp_path_factory.mktemp("keyedges")
     log = d / "log.jsonl"
     write_log(log, [_record(e) for e in arrivals])
-    kw = dict(window=size, hop=max(size // hops, 1), aggregates=AGGS, delay=delay,
+    kw = dict(window=Nanoseconds(size), hop=Nanoseconds(max(size // hops, 1)), aggregates=AGGS,
+              delay=Nanoseconds(delay),
               key="source", clock="key")
     a = replay_windows([log], out=d / "col", late=d / "col.late", columnar=True, **kw)
     b = replay_windows([log], out=d / "el", late=d / "el.late", columnar=False, **kw)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from engine.event import Event
+from engine.times import Nanoseconds
 from engine.times import to_ns
 from eventlog import write_log
 from spark_support import canonical_events, canonical_late, engine_replay_bytes
@@ -99,7 +100,7 @@ def _edge_log(draw):
 
 @settings(phases=_NO_SHRINK, max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(log=_edge_log(), delay=st.sampled_from([0, 4, 15]),
+@given(log=_edge_log(), delay=st.sampled_from([0, 4, 15]).map(Nanoseconds),
        on_late=st.sampled_from(["drop", "adjust"]),
        options=st.sampled_from([{}, {"ranges": 3}, {"strategy": "ranges", "ranges": 1}]))
 def test_edge_logs_split_into_files_and_ranges_equal_the_engine(spark, tmp_path_factory, log,

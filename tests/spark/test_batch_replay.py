@@ -1,4 +1,5 @@
-"""Batch replay in Spark equals the Goldilocks rules (DESIGN §5) and the engine's policy step."""
+"""Batch replay in Spark equals the Goldilocks rules (design.md §4.2) and the engine's policy
+step."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from engine.errors import InputError
 from engine.event import Event
 from operators.policies import resolve_policy
 from engine.times import MAX_TIME, MIN_TIME
+from engine.times import Nanoseconds
 from spark_support import (ROW_SCHEMA, arrivals_to_rows, event_key, events_from_rows,
                            late_from_rows, late_key)
 from tests.reference import arrivals_strategy, reference_goldilocks, run_steps
@@ -66,11 +68,11 @@ def _check_against_engine(spark, logs, delay, on_late, **options):
     """Replay all logs at once (one clock per ``g``) and compare each with the engine."""
     from spark_adapter import replay
 
-    events, late = replay(_logs_frame(spark, logs), delay=delay, on_late=on_late,
+    events, late = replay(_logs_frame(spark, logs), delay=Nanoseconds(delay), on_late=on_late,
                           group_col="g", **options)
     got_events = _by_group(_collect(events), len(logs))
     got_late = _by_group(_collect(late), len(logs))
-    policy = resolve_policy("goldilocks", delay=delay, on_late=on_late)
+    policy = resolve_policy("goldilocks", delay=Nanoseconds(delay), on_late=on_late)
     for g, arrivals in enumerate(logs):
         want_events, want_late = reference_goldilocks(arrivals, delay, on_late)
         assert events_from_rows(got_events[g]) == [event_key(e) for e in want_events], g
@@ -116,7 +118,7 @@ def test_a_first_cti_at_min_time_is_emitted_and_makes_nothing_late(spark):
 
     arrivals = [Event.cti(MIN_TIME, source="A"), Event.point(MIN_TIME, source="B"),
                 Event.cti(MIN_TIME, source="A")]
-    events, late = replay(_logs_frame(spark, [arrivals]), delay=1, group_col="g")
+    events, late = replay(_logs_frame(spark, [arrivals]), delay=Nanoseconds(1), group_col="g")
     rows = _collect(events)
     assert [(r["kind"], r["start"]) for r in rows] == [("cti", MIN_TIME), ("insert", MIN_TIME)]
     assert late.count() == 0
@@ -189,7 +191,8 @@ def test_bad_arguments_name_what_was_expected(spark):
     with pytest.raises(InputError, match="on_late"):
         replay(frame, delay=0, on_late="keep")
     with pytest.raises(InputError, match="disagrees"):
-        replay(frame, delay=5, policy=resolve_policy("goldilocks", delay=1))
+        replay(frame, delay=Nanoseconds(5),
+               policy=resolve_policy("goldilocks", delay=Nanoseconds(1)))
 
 
 def _plan(frame) -> str:

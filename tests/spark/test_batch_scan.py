@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from engine.errors import InputError
 from engine.event import Event
+from engine.times import Nanoseconds
 from eventlog import write_log
 from spark_support import (ROW_SCHEMA, arrivals_to_rows, canonical_events, canonical_late,
                            engine_replay_bytes)
@@ -79,7 +80,7 @@ def write_split_log(tmp, files):
 
 @settings(phases=_NO_SHRINK, max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(files=_split_log(), delay=st.sampled_from([0, 4, 25]),
+@given(files=_split_log(), delay=st.sampled_from([0, 4, 25]).map(Nanoseconds),
        on_late=st.sampled_from(["drop", "adjust"]), ranges=st.sampled_from([1, 2, 5, 40]))
 def test_logs_split_into_files_and_ranges_equal_the_engine(spark, tmp_path_factory, files,
                                                           delay, on_late, ranges):
@@ -108,7 +109,8 @@ def test_ranges_without_a_cti_and_files_of_one_line(spark, tmp_path):
 
 @settings(phases=_NO_SHRINK, max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(logs=st.lists(arrivals_strategy(markers=True), min_size=1, max_size=25),
-       delay=st.sampled_from([0, 1, 5, 17, 2**63 - 1]), on_late=st.sampled_from(["drop", "adjust"]),
+       delay=st.sampled_from([0, 1, 5, 17, 2**63 - 1]).map(Nanoseconds),
+       on_late=st.sampled_from(["drop", "adjust"]),
        ranges=st.sampled_from([None, 1, 3, 50]))
 def test_group_clocks_in_parallel_ranges_equal_the_engine(spark, logs, delay, on_late, ranges):
     _check_against_engine(spark, logs, delay, on_late, strategy="scan", ranges=ranges)
@@ -125,7 +127,7 @@ def test_a_group_spreads_over_ranges_and_groups_share_them(spark):
     from spark_adapter import replay
 
     frame = _logs_frame(spark, logs)
-    events, _ = replay(frame, delay=5, group_col="g", strategy="scan", ranges=8)
+    events, _ = replay(frame, delay=Nanoseconds(5), group_col="g", strategy="scan", ranges=8)
     tasks = (events.where(F.col("g") == 0).select(F.spark_partition_id().alias("p"))
              .distinct().count())
     assert tasks > 1  # the big group was decided by several tasks

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import InputError
+from engine.times import Nanoseconds
 from operators.policies import GoldilocksPolicy
 from spark_support import ROW_SCHEMA, canonical_events, canonical_late, engine_replay_bytes
 from test_batch_replay import _plan
@@ -32,7 +33,7 @@ def _scan(frame, **options):
 
 @settings(phases=_NO_SHRINK, max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(files=_split_log(), delay=st.sampled_from([0, 4, 25]),
+@given(files=_split_log(), delay=st.sampled_from([0, 4, 25]).map(Nanoseconds),
        on_late=st.sampled_from(["drop", "adjust"]))
 def test_files_in_arrival_order_are_decided_where_read(spark, tmp_path_factory, files, delay,
                                                        on_late):
@@ -104,10 +105,10 @@ def test_parquet_files_split_into_blocks_and_packed(spark, tmp_path):
         from spark_adapter import replay
 
         for on_late in ("drop", "adjust"):
-            events, late = replay(frame, delay=3, on_late=on_late, strategy="scan")
+            events, late = replay(frame, delay=Nanoseconds(3), on_late=on_late, strategy="scan")
             assert "Exchange" not in _plan(events)  # decided where read
             got = [[tuple(r) for r in part.orderBy(*ORDER).collect()] for part in (events, late)]
-            assert got == _reference(frame, delay=3, on_late=on_late)
+            assert got == _reference(frame, delay=Nanoseconds(3), on_late=on_late)
             assert got[1]  # late rows: the comparison can fail
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", old)
@@ -123,10 +124,10 @@ def test_partitions_that_interleave_fall_back_to_the_ranges(spark):
     frame = spark.createDataFrame(rows, ROW_SCHEMA).drop("g").repartition(3, "source")
     from spark_adapter import replay
 
-    events, late = replay(frame, delay=3, strategy="scan")
+    events, late = replay(frame, delay=Nanoseconds(3), strategy="scan")
     assert _RANGE_PLAN in _plan(events)
     got = [[tuple(r) for r in part.orderBy(*ORDER).collect()] for part in (events, late)]
-    assert got == _reference(frame, delay=3)
+    assert got == _reference(frame, delay=Nanoseconds(3))
     assert got[1]
 
 
@@ -149,7 +150,7 @@ def test_a_null_order_key_is_refused(spark, options, strategy):
         refused = pytest.raises(Exception, match=r"a row has a null order column "
                                 r"\(order_key=null, file_index=0, line=11\)")
     with refused:
-        events, late = replay(frame, delay=3, strategy=strategy, **options)
+        events, late = replay(frame, delay=Nanoseconds(3), strategy=strategy, **options)
         events.count()
         late.count()
 
@@ -170,7 +171,7 @@ def test_an_input_that_changes_between_the_reads_is_refused(spark, tmp_path):
 
     write(_rows(200))
     frame = spark.read.parquet(str(path)).drop("g")
-    events, _ = replay(frame, delay=3, strategy="scan")
+    events, _ = replay(frame, delay=Nanoseconds(3), strategy="scan")
     shifted = [(*r[:8], r[8] + 1000, *r[9:]) for r in _rows(200)]
     write(shifted)
     with pytest.raises(Exception, match=r"input partition 0 changed between the two reads"):
@@ -184,11 +185,13 @@ def test_write_replay_writes_what_replay_returns(spark, tmp_path):
     frame = spark.createDataFrame(_rows(300), ROW_SCHEMA).drop("g")
     for strategy in ("scan", "bucketed"):
         out, late = tmp_path / f"{strategy}-events", tmp_path / f"{strategy}-late"
-        write_replay(frame, str(out), str(late), delay=3, on_late="adjust", strategy=strategy)
+        write_replay(frame, str(out), str(late), delay=Nanoseconds(3), on_late="adjust",
+                     strategy=strategy)
         got = [[tuple(r) for r in spark.read.parquet(str(p)).orderBy(*ORDER).collect()]
                for p in (out, late)]
         want = [[tuple(r) for r in part.orderBy(*ORDER).collect()]
-                for part in replay(frame, delay=3, on_late="adjust", strategy="global")]
+                for part in replay(frame, delay=Nanoseconds(3), on_late="adjust",
+                                   strategy="global")]
         assert got == want
         assert got[1]
     assert not spark.sparkContext._jsc.getPersistentRDDs()  # released after the writes
@@ -240,8 +243,8 @@ def test_a_users_frame_ordered_by_one_column(spark, strategy):
          (4, "B", "insert", 4, None, None)],
         "seq long, source string, kind string, start long, end long, payload string")
     got = [sorted(tuple(r) for r in part.collect())
-           for part in replay(frame, delay=2, strategy=strategy, order_by=["seq"])]
+           for part in replay(frame, delay=Nanoseconds(2), strategy=strategy, order_by=["seq"])]
     want = [sorted(tuple(r) for r in part.collect())
-            for part in replay(frame, delay=2, strategy="global", order_by=["seq"])]
+            for part in replay(frame, delay=Nanoseconds(2), strategy="global", order_by=["seq"])]
     assert got == want
     assert got[1]  # the insert at 4 after the CTI at 10 is late

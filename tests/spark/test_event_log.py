@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import BadRecordError, InputError
+from engine.times import Nanoseconds
 from eventlog import write_log
 from goldilocks.replay import replay as engine_replay
 from spark_adapter.schema import ORDER_COLUMNS
@@ -115,7 +116,8 @@ def _write(tmp_path, files, tag=""):
 
 @settings(phases=_NO_SHRINK, max_examples=5, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(files=_logs(), delay=st.sampled_from([0, 3, 10]), on_late=st.sampled_from(["drop", "adjust"]))
+@given(files=_logs(), delay=st.sampled_from([0, 3, 10]).map(Nanoseconds),
+       on_late=st.sampled_from(["drop", "adjust"]))
 def test_spark_replay_equals_the_engine_byte_for_byte(spark, tmp_path_factory, files, delay, on_late):
     tmp = tmp_path_factory.mktemp("logs")
     paths = _write(tmp, files)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.times import Nanoseconds
 from operators import goldilocks, min_policy
 from spark_support import READINGS_SCHEMA, random_readings, write_readings
 from stage_reference import engine_stage
@@ -83,9 +84,9 @@ def test_readings_in_arrival_order_equal_the_engine(spark, tmp_path, advance, na
     query = run_query(staged, name, tmp_path / "ck")
     assert [p["numInputRows"] for p in query.recentProgress][:4] == [12, 12, 12, 12]
     if advance is None:  # the default: a device's CTI trails its newest reading by the delay
-        adv, policy = {"every_events": 1, "delay": 5 * 10**9}, goldilocks(0)
+        adv, policy = {"every_events": 1, "delay": Nanoseconds(5 * 10**9)}, goldilocks(0)
     else:
-        adv, policy = {"every": 10 * 10**9}, goldilocks("5s")
+        adv, policy = {"every": Nanoseconds(10 * 10**9)}, goldilocks("5s")
     run = engine_stage(batches, policy=policy, advance=adv, arrival=True)
     want = expected(run, batches)
     assert want[1], "some readings are late, so the comparison can fail"
@@ -118,7 +119,7 @@ def test_micro_batch_semantics_hold_without_an_arrival_column(spark, tmp_path, p
     assert ran_jvm == bool(jvm)
     if advance is None:  # the default: the delay is each device's, the merge adds none
         built = {"goldilocks": goldilocks(0), "min": min_policy()}[policy]
-        tolerance = 5 * 10**9 if policy == "goldilocks" else 0
+        tolerance = Nanoseconds(5 * 10**9 if policy == "goldilocks" else 0)
         run = engine_stage(batches, policy=built, advance={"every_events": 1,
                                                            "delay": tolerance})
     else:
@@ -267,7 +268,7 @@ def test_clock_groups_publish_the_minimum_and_spark_drops_no_on_time_row(spark, 
     assert late == 0  # each site keeps its own clock: none of these readings is late
 
     run = engine_stage(batches, policy=goldilocks("2s"),
-                       advance={"every_events": 1, "delay": 20 * S})
+                       advance={"every_events": 1, "delay": Nanoseconds(20 * S)})
     slowest = min(run.ended[-1].values())
     watermark = closed.recentProgress[-1]["eventTime"]["watermark"]
     from datetime import datetime

@@ -234,3 +234,24 @@ def test_an_integer_time_column_needs_its_unit_when_the_plan_is_built(spark):
     staged = watermark_stage(frame, delay="5 seconds", time_col="ts_ms", time_unit="ms",
                              source_col="device_id", keep_late=True)
     assert staged.select(F.unix_millis("event_time")).first()[0] == 1_767_225_600_123
+
+
+def test_delay_reads_as_withwatermarks_and_the_one_duration_rule(spark, streams, tmp_path):
+    """``delay=5`` is 5 seconds, as a Spark user means it (the engine's one rule for a bare
+    number), and the time column carries it as ``withWatermark`` would; ``"5"`` has no unit
+    and is refused, naming the forms."""
+    from engine.errors import InputError
+    from spark_adapter import watermark_stage
+
+    stream = spark.readStream.schema(SCHEMA).json(str(streams / "readings"))
+    native = stream.withWatermark("ts", "5 seconds").schema["ts"].metadata
+    for delay, ms in ((5, 5000), (2.5, 2500), ("5 seconds", 5000),
+                      ("interval 5 minutes", 300_000)):
+        staged = watermark_stage(stream, delay=delay, time_col="ts", source_col="device_id",
+                                 state_dir=str(tmp_path / "state"))
+        assert staged.schema["ts"].metadata == {"spark.watermarkDelayMs": ms}, delay
+    assert native == {"spark.watermarkDelayMs": 5000}
+    with pytest.raises(InputError, match=r"delay: '5' has no unit; expected a duration with "
+                                         r"its unit, e.g. '5s'"):
+        watermark_stage(stream, delay="5", time_col="ts", source_col="device_id",
+                        state_dir=str(tmp_path / "state"))

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from engine.errors import InputError
 from engine.event import CTI, Event
 from engine.times import MAX_TIME
+from engine.times import Nanoseconds
 from goldilocks.windowed import replay_windows, window_row
 from operators import goldilocks
 from operators.windows import Windows, hopping_spec, parse_fold, tumbling_spec
@@ -94,14 +95,15 @@ def test_spark_windows_equal_the_reference_and_each_comes_out_once(spark, logs, 
     rows = [r for g, log in enumerate(logs) for r in arrivals_to_rows(log, g)]
     frame = spark.createDataFrame(rows, ROW_SCHEMA)
     hop = max(size // per, 1)
-    events, _late = replay(frame, delay=delay, on_late=on_late, group_col="g")
-    got = (windows(events, window=size, hop=hop, offset=offset, aggregates=AGGS,
+    events, _late = replay(frame, delay=Nanoseconds(delay), on_late=on_late, group_col="g")
+    got = (windows(events, window=Nanoseconds(size), hop=Nanoseconds(hop),
+                   offset=Nanoseconds(offset), aggregates=AGGS,
                    key="source" if keyed else None, group_col="g")
            .orderBy("g", "end", *(["key"] if keyed else [])).collect())
     seen = [(r["g"], r["key"] if keyed else None, r["start"]) for r in got]
     assert len(seen) == len(set(seen))  # never twice
     for g, log in enumerate(logs):
-        emitted, _ = run_steps(goldilocks(delay, on_late), log)
+        emitted, _ = run_steps(goldilocks(Nanoseconds(delay), on_late), log)
         want, _ = reference_windows(emitted, size, hop, REFERENCE_FOLDS, keyed=keyed,
                                     offset=offset)
         mine = [(r["start"], r["end"], r["key"] if keyed else None, r["count"],
@@ -246,10 +248,11 @@ def test_a_non_string_payload_key_fails_naming_it(spark):
 
     df = spark.createDataFrame([(1, 0, '{"k": 3}')], "start long, seq long, payload string")
     with pytest.raises(Exception, match="a window key is 3; expected a string"):
-        windows(df, window=10, key="k", clock=None).collect()
+        windows(df, window=Nanoseconds(10), key="k", clock=None).collect()
     ok = spark.createDataFrame([(1, 0, orjson.dumps({"k": "p", "x": 2}).decode())],
                                "start long, seq long, payload string")
-    (row,) = windows(ok, window=10, key="k", clock=None, aggregates=["sum:x"]).collect()
+    (row,) = windows(ok, window=Nanoseconds(10), key="k", clock=None,
+                     aggregates=["sum:x"]).collect()
     assert (row["start"], row["end"], row["key"], row["count"], row["sum_x"]) == \
         (0, 10, "p", 1, 2.0)
     # a misspelled field is in no insert: an error naming it, not a column of nulls
