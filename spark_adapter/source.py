@@ -449,25 +449,28 @@ def register(spark: Any) -> None:
     First makes sure the Python workers that will run it can import Goldilocks
     (``spark_adapter.session.use_driver_python``: a local session's workers run the driver's
     interpreter unless the user chose one)."""
-    use_driver_python(spark)  # before shipping: the class is sent with the interpreter to run
-    if _registered(spark):
+    # before shipping: the class is sent with the interpreter to run it, so a session whose
+    # workers' interpreter changed since gets it again
+    python = use_driver_python(spark)
+    if python is not None and _registered(spark) == python:
         return
     spark.dataSource.register(GoldilocksDataSource)
     try:
-        _REGISTERED.add(spark)
-    except TypeError:
+        _REGISTERED[spark] = python
+    except TypeError:  # a session object that cannot be held weakly: register each time
         pass
 
 
-#: the sessions the data source is registered in (held weakly: a stopped session goes)
-_REGISTERED: Any = weakref.WeakSet()
+#: the sessions the data source is registered in, with the workers' interpreter it was
+#: registered with (held weakly: a stopped session goes)
+_REGISTERED: Any = weakref.WeakKeyDictionary()
 
 
-def _registered(spark: Any) -> bool:
+def _registered(spark: Any) -> str | None:
     try:
-        return spark in _REGISTERED
-    except TypeError:  # a session object that cannot be held weakly: register each time
-        return False
+        return _REGISTERED.get(spark)
+    except TypeError:
+        return None
 
 
 def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathLike], *,

@@ -156,7 +156,8 @@ def _refuse_unseen_fields(result: DataFrame, folds: Sequence[Fold],
                    f"numeric payload field {f.field!r} (payload fields are read by name: is "
                    "it spelled as the payloads spell it?)")
         checks.append(F.when(seen == 0, F.raise_error(F.lit(message))))
-    return result.where(F.coalesce(*checks).isNull())  # a filter: never pruned away
+    checked = result.withColumn("_gl_check", F.coalesce(*checks))
+    return checked.where(F.col("_gl_check").isNull()).drop("_gl_check")  # a filter: kept
 
 
 def _definition(window: DurationLike, hop: DurationLike | None, offset: DurationLike,
