@@ -15,6 +15,14 @@ repetitions: median, min, max, and the server process's CPU time per event (medi
 machine's load average is printed before the table and after each row: on a shared machine
 the rates mean little without it. Also a codec micro-benchmark (JSON rows as sent, against a
 columnar binary layout) behind the choice of encoding (docs/protocol.md, "Encoding").
+
+``--part durable`` (also part of the full run): what durability costs. The batched workload
+(16 devices, 1024 events a frame) against a server writing no files, one writing its parts to
+``--out-dir``, and one doing so with ``--checkpoint`` every second (each checkpoint: the
+union's cut, an ``fsync`` of the parts and of the checkpoint, the parts published, the
+devices told), in one process, in turn: ``--rounds`` rounds of one repetition each after a
+warm-up; the ratios of each round and the median of the ratios. The devices' outboxes are sized to hold a
+whole repetition, so that they measure the server's cost, not the outbox's bound.
 """
 
 from __future__ import annotations
@@ -62,14 +70,15 @@ def _load() -> str:
 
 
 # ------------------------------------------------------------------------------ device side
-def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pipe) -> None:
+def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pipe,
+             outbox: int = 65_536) -> None:
     from engine.sources import from_iterable
     from goldilocks.net.client import connect
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
         clients = [await connect(url, token=TOKEN) for _ in range(devices)]
-        base = 0
+        base = 1_795_334_400 * 10**9  # today's instants (times like epoch seconds are refused)
         for rep in range(reps):
             # The test data is made before "go": building Event objects is the device's
             # business, not the network's, and it is not what this benchmark times.
@@ -80,7 +89,7 @@ def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pip
             pubs = []
             for d, client in enumerate(clients):
                 pubs.append(client.publish(from_iterable(data[d]), device=f"dev-{d}-{rep}",
-                                           batch=batch))
+                                           batch=batch, outbox=max(outbox, batch)))
             for pub in pubs:
                 await pub.wait()
             base += per_device
@@ -92,21 +101,22 @@ def _devices(url: str, devices: int, per_device: int, batch: int, reps: int, pip
 
 # ------------------------------------------------------------------------------ server side
 async def _measure(transport: str, devices: int, events: int, batch: int, reps: int,
-                   warmup: int) -> tuple[list[float], list[float]]:
+                   warmup: int, **options: object) -> tuple[list[float], list[float]]:
     """Events per second of each repetition after the warm-up, and the server's CPU time
-    per event (ns) in each."""
+    per event (ns) in each. ``options``: the server's (``out_dir``, ``checkpoint``…)."""
     from operators import max_policy
     from goldilocks.net.server import Server
 
-    server = await Server(max_policy(), tokens=[TOKEN], final_cti=False,
-                          idle_timeout=60).start(ws=("127.0.0.1", 0), tcp=("127.0.0.1", 0))
+    server = await Server(max_policy(), tokens=[TOKEN], final_cti=False, idle_timeout=60,
+                          **options).start(ws=("127.0.0.1", 0),  # type: ignore[arg-type]
+                                           tcp=("127.0.0.1", 0))
     url = server.ws_url if transport == "ws" else server.tcp_url
     per_device = events // devices
     total_reps = warmup + reps
     ctx = mp.get_context("spawn")
     ours, theirs = ctx.Pipe()
     child = ctx.Process(target=_devices, args=(url, devices, per_device, batch, total_reps,
-                                               theirs), daemon=True)
+                                               theirs, per_device), daemon=True)
     child.start()
     loop = asyncio.get_running_loop()
     rates: list[float] = []
@@ -183,13 +193,42 @@ def _codec(n: int = 1000, reps: int = 200) -> list[tuple[str, float, float]]:
     return out
 
 
+def _durable(transport: str, events: int, rounds: int) -> list[tuple[float, float, float]]:
+    """``rounds`` rounds of (no files, ``--out-dir`` without a checkpoint, ``--out-dir`` with
+    a checkpoint every second): one repetition each after a warm-up, in a fresh temporary
+    directory each."""
+    import tempfile
+
+    out = []
+    for _ in range(rounds):
+        rates = []
+        for files, checkpoint in ((False, False), (True, False), (True, True)):
+            with tempfile.TemporaryDirectory(prefix="bench-net-") as tmp:
+                options: dict[str, object] = {}
+                if files:
+                    options["out_dir"] = os.path.join(tmp, "out")
+                if checkpoint:
+                    options.update(checkpoint=os.path.join(tmp, "serve.ckpt"),
+                                   checkpoint_every=1.0)
+                got, _ = asyncio.run(_measure(transport, 16, events, 1024, 1, 1, **options))
+                rates.append(got[0])
+        out.append((rates[0], rates[1], rates[2]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="fewer events (a smoke run)")
     parser.add_argument("--transport", choices=("ws", "tcp", "both"), default="both")
+    parser.add_argument("--part", choices=("all", "rates", "durable"), default="all",
+                        help="the rates table, the cost of durability, or both")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of the durability comparison (>= 5)")
     args = parser.parse_args(argv)
+    if args.rounds < 5 and not args.quick:
+        parser.error("--rounds must be >= 5 (use --quick for a smoke run)")
     if args.reps < 5 and not args.quick:
         parser.error("--reps must be >= 5 (use --quick for a smoke run)")
     scale = 10 if args.quick else 1
@@ -197,22 +236,42 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {_cpu()}, {os.cpu_count()} cores, "
           f"{platform.python_implementation()} {platform.python_version()}; "
           f"load average (1, 5, 15 min) {_load()}")
-    print("codec, one frame of 1000 point events with a small payload:")
-    for name, ns, size in _codec():
-        print(f"  {name:15s} {ns:8.0f} ns/event decoded  {size:6.1f} bytes/event")
-    print()
-    print(f"{'transport':9s} {'devices':>7s} {'per frame':>9s} {'events':>8s} "
-          f"{'median ev/s':>12s} {'min':>10s} {'max':>10s} {'server ns/ev':>12s}  load after")
-    for transport in transports:
-        for devices in (1, 16):
-            for batch, events in ((1, 32_000), (1024, 320_000)):
-                events //= scale
-                rates, cpu = asyncio.run(_measure(transport, devices, events, batch,
-                                                  args.reps, args.warmup))
-                print(f"{transport:9s} {devices:7d} {batch:9d} {events:8d} "
-                      f"{statistics.median(rates):12,.0f} {min(rates):10,.0f} "
-                      f"{max(rates):10,.0f} {statistics.median(cpu):12,.0f}  {_load()}",
-                      flush=True)
+    if args.part in ("all", "rates"):
+        print("codec, one frame of 1000 point events with a small payload:")
+        for name, ns, size in _codec():
+            print(f"  {name:15s} {ns:8.0f} ns/event decoded  {size:6.1f} bytes/event")
+        print()
+        print(f"{'transport':9s} {'devices':>7s} {'per frame':>9s} {'events':>8s} "
+              f"{'median ev/s':>12s} {'min':>10s} {'max':>10s} {'server ns/ev':>12s}  "
+              "load after")
+        for transport in transports:
+            for devices in (1, 16):
+                for batch, events in ((1, 32_000), (1024, 320_000)):
+                    events //= scale
+                    rates, cpu = asyncio.run(_measure(transport, devices, events, batch,
+                                                      args.reps, args.warmup))
+                    print(f"{transport:9s} {devices:7d} {batch:9d} {events:8d} "
+                          f"{statistics.median(rates):12,.0f} {min(rates):10,.0f} "
+                          f"{max(rates):10,.0f} {statistics.median(cpu):12,.0f}  {_load()}",
+                          flush=True)
+    if args.part in ("all", "durable"):
+        rounds = 2 if args.quick else args.rounds
+        events = 320_000 // scale
+        print()
+        print(f"durability: 16 devices, 1024 events a frame, {events} events; no files, "
+              f"--out-dir, and --out-dir with --checkpoint-every 1s; {rounds} rounds")
+        print(f"{'transport':9s} {'no files':>10s} {'files':>10s} {'checkpoint':>10s} "
+              f"{'ckpt/files':>10s} {'ckpt/none':>9s}  (medians; ratios: the median of each "
+              "round's)  load after")
+        for transport in transports:
+            rows = _durable(transport, events, rounds)
+            print(f"{transport:9s} {statistics.median(r[0] for r in rows):10,.0f} "
+                  f"{statistics.median(r[1] for r in rows):10,.0f} "
+                  f"{statistics.median(r[2] for r in rows):10,.0f} "
+                  f"{statistics.median(r[2] / r[1] for r in rows):9.2f}x "
+                  f"{statistics.median(r[2] / r[0] for r in rows):8.2f}x  "
+                  f"rounds (ckpt/files): {', '.join(f'{r[2] / r[1]:.2f}' for r in rows)}  "
+                  f"{_load()}", flush=True)
     return 0
 
 

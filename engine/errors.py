@@ -9,6 +9,8 @@
   command line reports it as a usage error (exit status 2), before any work starts.
 - ``ClosedError``: an operation on something that was closed on purpose (as opposed to broken).
 - ``RejectedError``: an executor refused work (shut down).
+- ``TooSlowError``: a subscriber fell further behind a live stream than its bound allows and
+  was cut off; ``position`` is where it was, so it can come back from there.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = [
     "UsageError",
     "ClosedError",
     "RejectedError",
+    "TooSlowError",
 ]
 
 
@@ -75,3 +78,14 @@ class ClosedError(GoldilocksError):
 
 class RejectedError(GoldilocksError, RuntimeError):
     """An executor refused to run a task (for example, it was shut down)."""
+
+
+class TooSlowError(GoldilocksError):
+    """A subscriber of a live stream fell more than ``bound`` elements behind and was cut off
+    (the stream's producers are never slowed by it). ``position``: the absolute index of the
+    first element it had not taken, where it can come back from."""
+
+    def __init__(self, message: str, *, position: int, bound: int) -> None:
+        super().__init__(message)
+        self.position = position
+        self.bound = bound

@@ -16,16 +16,21 @@ Shapes (StreamInsight), as lifetimes ``[start, end)``:
   ``source`` with the same ``id`` (TS §7.1, ``operators.edges``). Other events have
   ``id is None``.
 
->>> Event.point(5, payload="x", source="A")
-Event.point(5, payload='x', source='A')
+>>> Event.point("2026-11-22T08:00:00Z", payload="x", source="A")
+Event.point('2026-11-22T08:00:00Z', payload='x', source='A')
+>>> Event.point(1_795_334_400_000_000_000).start      # an int is nanoseconds since the epoch
+1795334400000000000
 >>> Event.interval("1970-01-01T00:00:00Z", "1970-01-01T00:00:01Z").end
 1000000000
 >>> Event.cti(8).is_cti
 True
->>> Event.start_edge(5, "door-1", source="A")
-Event.start_edge(5, id='door-1', source='A')
+>>> Event.start_edge("2026-11-22T08:00:00.5Z", "door-1", source="A")
+Event.start_edge('2026-11-22T08:00:00.500Z', id='door-1', source='A')
 >>> Event.end_edge(5, 9, "door-1", source="A").end
 9
+
+A repr shows times as RFC 3339 text, exact to the nanosecond (``to_ns`` reads it back), and
+builds the same event.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import InputError
-from engine.times import MAX_TIME, to_ns
+from engine.times import MAX_TIME, format_rfc3339, to_ns
 
 __all__ = ["Event", "LateRecord", "POINT", "INTERVAL", "CTI", "START", "END", "KINDS",
            "EDGE_KINDS", "DROPPED", "ADJUSTED", "UNMATCHED"]
@@ -54,10 +59,71 @@ def _lifetime(what: str, start: object, end: object) -> tuple[int, int]:
     e = to_ns(end, what=f"{what} end")
     if e <= s:
         raise InputError(
-            f"{what if what != 'interval' else 'interval event'}: end {end!r} ({e} ns) is not "
-            f"after start {start!r} ({s} ns); expected end > start"
+            f"{what if what != 'interval' else 'interval event'}: end {end!r} "
+            f"({format_rfc3339(e)}) is not after start {start!r} ({format_rfc3339(s)}); "
+            "expected end > start"
         )
     return s, e
+
+
+def _instant(ns: object) -> str:
+    """An instant as a repr shows it: quoted RFC 3339 (every int64 renders exactly)."""
+    if type(ns) is not int:  # a hand-built Event holding something else: as it is
+        return repr(ns)
+    return repr(format_rfc3339(ns))
+
+
+#: how deep a payload is checked here (deeper levels are the writers' and the wire's to judge:
+#: the network refuses payloads nested too deep with its own message)
+_DEPTH = 64
+
+
+def _not_json(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is not JSON data (``None``: it is): what a payload must be to be written
+    to a log, a checkpoint or the network, so that it fails here, not there."""
+    if value is None or isinstance(value, (str, bool)):
+        return None
+    if isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return (f"{value!r} is not a JSON number (JSON has no NaN or infinity: use None "
+                    "for a missing reading)")
+        return None
+    if depth >= _DEPTH:
+        return None
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            why = _not_json(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"the key {key!r} is a {type(key).__name__}, not a string"
+            why = _not_json(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    hint = " (a numpy value: convert it with .item())" if type(value).__module__ == "numpy" \
+        else ""
+    return f"{value!r} is a {type(value).__name__}, which JSON cannot hold{hint}"
+
+
+def _checked(what: str, payload: Any, source: Any) -> None:
+    """``InputError`` for a payload that is not JSON data or a source that is not a name."""
+    if source is not None and type(source) is not str:
+        raise InputError(f"{what}: source {source!r} is a {type(source).__name__}; expected "
+                         "a string naming the input (or None)")
+    if payload is None or type(payload) in (str, int, bool):
+        return
+    why = _not_json(payload)
+    if why is not None:
+        raise InputError(f"{what}: payload {payload!r} is not JSON data: {why}; expected "
+                         "None, a bool, a number, a string, or lists and dicts of them with "
+                         "string keys (a payload is written to logs, checkpoints and the "
+                         "network as JSON)")
 
 
 def _edge_id(value: object, what: str) -> str | int:
@@ -91,11 +157,21 @@ class Event:
     # -- constructors that validate and convert at the edge -------------------------------
     @classmethod
     def point(cls, t: object, payload: Any = None, source: str | None = None) -> Event:
-        """A point event at ``t`` (lifetime one tick)."""
+        """A point event at ``t`` (lifetime one tick).
+
+        ``t`` is an instant: an aware ``datetime`` (pendulum's too), ISO-8601 text with an
+        offset (``"2026-11-22T08:00:00Z"``), or an ``int`` of **nanoseconds** since the
+        epoch — ``time.time_ns()``, not ``time.time()``: ``Event.point(1795334400)`` is 1.8 s
+        after the epoch, in January 1970. (Where integer times enter from outside — a log,
+        the wire — one that looks like epoch seconds, milliseconds or microseconds is refused,
+        TS §1.6; in Python an ``int`` is nanoseconds, as everywhere inside the engine.)
+        The same holds for every constructor here.
+        """
         start = to_ns(t, what="point event time")
         if start >= MAX_TIME:  # TS §1.3: one tick of lifetime must fit
             raise InputError(f"point event at {t!r}: the latest instant leaves no room for a "
                              "one-tick lifetime; expected a time before MAX_TIME")
+        _checked("point event", payload, source)
         return cls(POINT, start, start + 1, payload, source)
 
     @classmethod
@@ -103,6 +179,7 @@ class Event:
                  source: str | None = None) -> Event:
         """An interval event ``[start, end)``; ``end`` must be after ``start``."""
         s, e = _lifetime("interval", start, end)
+        _checked("interval event", payload, source)
         return cls(INTERVAL, s, e, payload, source)
 
     @classmethod
@@ -113,6 +190,7 @@ class Event:
         if s >= MAX_TIME:  # TS §1.3: an open lifetime must have room to end
             raise InputError(f"start edge at {start!r}: the latest instant leaves no room for "
                              "a lifetime; expected a time before MAX_TIME")
+        _checked("start edge", payload, source)
         return cls(START, s, MAX_TIME, payload, source, _edge_id(id, "start edge"))
 
     @classmethod
@@ -121,16 +199,20 @@ class Event:
         """The end edge closing the start edge ``id`` of ``source``: ``[start, end)``, as an
         interval (``end`` after ``start``, TS §1.3)."""
         s, e = _lifetime("end edge", start, end)
+        _checked("end edge", payload, source)
         return cls(END, s, e, payload, source, _edge_id(id, "end edge"))
 
     @classmethod
     def cti(cls, t: object, source: str | None = None) -> Event:
         """A CTI at ``t``: no later event of this stream starts before ``t``."""
-        return cls(CTI, to_ns(t, what="CTI time"), None, None, source)
+        at = to_ns(t, what="CTI time")
+        _checked("CTI", None, source)
+        return cls(CTI, at, None, None, source)
 
     @classmethod
     def cti_infinity(cls, source: str | None = None) -> Event:
         """The advance-to-infinity CTI that closes a stream's time."""
+        _checked("CTI", None, source)
         return cls(CTI, MAX_TIME, None, None, source)
 
     # -- derived views --------------------------------------------------------------------
@@ -161,20 +243,26 @@ class Event:
             return hash((self.kind, self.start, self.end, self.source, self.id))
 
     def __repr__(self) -> str:
+        """The constructor call that makes this event, times as RFC 3339 text: readable and
+        exact (``to_ns`` reads each back to its nanosecond)."""
         extra = ""
         if self.payload is not None:
             extra += f", payload={self.payload!r}"
         if self.source is not None:
             extra += f", source={self.source!r}"
+        start = _instant(self.start)
         if self.kind == CTI:
-            return f"Event.cti({self.start}{extra})"
+            if self.start == MAX_TIME:
+                return f"Event.cti_infinity({extra[2:]})"
+            return f"Event.cti({start}{extra})"
         if self.kind == POINT:
-            return f"Event.point({self.start}{extra})"
+            return f"Event.point({start}{extra})"
         if self.kind == START:
-            return f"Event.start_edge({self.start}, id={self.id!r}{extra})"
+            return f"Event.start_edge({start}, id={self.id!r}{extra})"
+        end = _instant(self.end)  # not a CTI: it has an end
         if self.kind == END:
-            return f"Event.end_edge({self.start}, {self.end}, id={self.id!r}{extra})"
-        return f"Event.interval({self.start}, {self.end}{extra})"
+            return f"Event.end_edge({start}, {end}, id={self.id!r}{extra})"
+        return f"Event.interval({start}, {end}{extra})"
 
     def __reduce__(self):  # picklable for executors and Spark
         return (Event, self._key())
@@ -220,7 +308,8 @@ class LateRecord:
         return hash((self.input, self.cti, self.action, self.event.start))
 
     def __repr__(self) -> str:
-        return (f"LateRecord(input={self.input!r}, event={self.event!r}, cti={self.cti}, "
+        return (f"LateRecord(input={self.input!r}, event={self.event!r}, "
+                f"cti={_instant(self.cti)}, "
                 f"action={self.action!r}" + (f", adjusted={self.adjusted!r}" if self.adjusted
                                              else "")
                 + (f", reason={self.reason!r})" if self.reason else ")"))

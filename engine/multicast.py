@@ -27,6 +27,13 @@ its last subscriber leaves (a server's output, which subscribers join and leave)
 it asks upstream for nothing before its first subscriber, and its last subscriber's cancel
 cancels upstream.
 
+**Bounded lag** (``max_lag=True``, live only): the subscribers never slow upstream — as a
+Kafka consumer never slows its producers. Upstream is always asked for more; the buffer keeps
+the last ``capacity`` elements that some subscriber has not taken yet, and a subscriber that
+falls more than ``capacity`` elements behind is cut off with ``TooSlowError`` (its
+``position`` says where it was). ``start`` is the absolute index of upstream's first element
+(a stream continued after a restart), ``join_at`` joins at an index still held.
+
 ``transform(fn)`` is the transform subject of the StreamInsight CTI synchronizing subject,
 with backpressure: a processor whose output is ``fn(input)``, where ``input`` is a publisher of
 whatever the processor receives and ``fn`` may be any stateful pipeline. The output is
@@ -43,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.contracts import MAX_DEMAND, Publisher, Subscription
-from engine.errors import ClosedError
+from engine.errors import ClosedError, TooSlowError
 from engine.executors import INLINE, Executor, as_executor
 from engine.sinks import PublisherBase
 from engine.subscription import (
@@ -66,6 +73,8 @@ class MulticastStats:
     buffered: int   # elements held for subscribers that have not taken them yet
     peak: int       # the most ever held ...
     capacity: int   # ... and the bound
+    cut: int = 0    # subscribers cut off for falling more than ``capacity`` behind (max_lag)
+    position: int = 0  # the absolute index of the next element from upstream
 
 
 class CursorSubscription(SubscriptionBase):
@@ -125,22 +134,30 @@ class Multicast(PublisherBase):
     """
 
     def __init__(self, capacity: int = 256, *, batch: int | None = None, live: bool = False,
-                 executor: object = None, name: str = "multicast") -> None:
+                 executor: object = None, name: str = "multicast", max_lag: bool = False,
+                 start: int = 0) -> None:
         if capacity <= 0:
             raise ValueError(f"{name}: capacity must be > 0, got {capacity}")
+        if max_lag and not live:
+            raise ValueError(f"{name}: max_lag needs live=True (upstream is taken from "
+                             "whether or not anyone subscribes)")
+        if start.__class__ is not int or start < 0:
+            raise ValueError(f"{name}: start must be an int >= 0, got {start!r}")
         if batch is not None and (batch.__class__ is not int or not 0 < batch <= capacity):
             raise ValueError(f"{name}: batch must be an int from 1 to the capacity "
                              f"({capacity}), got {batch!r}")
         self.capacity = capacity
         self.batch = batch
         self.live = live
+        self.max_lag = max_lag
         self.name = name
         self._unit = batch or 1                   # elements per upstream element, at most
         self._lists = capacity // self._unit      # upstream elements requested or held
         self._executor = as_executor(executor)
         self._lock = threading.Lock()
         self._items: deque[Any] = deque()
-        self._base = 0  # absolute index of _items[0]
+        self._base = start  # absolute index of _items[0]
+        self._cut = 0
         self._members: list[CursorSubscription] = []
         self._upstream: Subscription | None = None
         self._outstanding = 0
@@ -159,12 +176,28 @@ class Multicast(PublisherBase):
         buffer: what a subscriber that wants elements subscribes to in batch mode."""
         return _Elements(self)
 
-    def _join(self, subscriber: Any, batch: int) -> None:
+    def join_at(self, subscriber: Any, position: int, *, elements: bool = False) -> None:
+        """Subscribe from absolute index ``position`` (lists in batch mode, unless
+        ``elements``): from an element still held, or the next one to come. ``ValueError``
+        naming the range held otherwise (nothing subscribed)."""
+        self._join(subscriber, 0 if elements or not self.batch else self._unit, position)
+
+    def held(self) -> tuple[int, int]:
+        """``(first, end)``: the absolute indexes a subscriber may join at, ``first`` to
+        ``end`` (the next element to come) included."""
+        with self._lock:
+            return self._base, self._base + len(self._items)
+
+    def _join(self, subscriber: Any, batch: int, at: int | None = None) -> None:
         check_subscriber(subscriber)  # RS §1.9
         ended = True
         error: BaseException | None = None
         with self._lock:
-            member = CursorSubscription(subscriber, self, self._base + len(self._items),
+            end = self._base + len(self._items)
+            if at is not None and not self._base <= at <= end:
+                raise ValueError(f"{self.name}: position {at} is not held; expected "
+                                 f"{self._base} to {end}")
+            member = CursorSubscription(subscriber, self, end if at is None else at,
                                         self._executor, batch)
             if self._error is not None:
                 error = self._error
@@ -181,7 +214,7 @@ class Multicast(PublisherBase):
     def stats(self) -> MulticastStats:
         with self._lock:
             return MulticastStats(len(self._members), len(self._items), self._peak,
-                                  self.capacity)
+                                  self.capacity, self._cut, self._base + len(self._items))
 
     # ------------------------------------------------------------ subscriber side (upstream)
     def on_subscribe(self, subscription: Subscription) -> None:
@@ -206,9 +239,11 @@ class Multicast(PublisherBase):
         with self._lock:
             if self._closed or self._error is not None or self._completed:
                 return
-            self._outstanding -= 1
+            if not self.max_lag:  # with max_lag upstream has MAX_DEMAND: nothing to count
+                self._outstanding -= 1
             overrun = self._outstanding < 0
             members = list(self._members)
+            cut: list[CursorSubscription] = []
             if not members:  # live, nobody to take it: let it go
                 self._base += len(item) if self.batch else 1
             else:
@@ -217,8 +252,15 @@ class Multicast(PublisherBase):
                     items.extend(item)
                 else:
                     items.append(item)
+                if self.max_lag and len(items) > self.capacity:
+                    cut = self._cut_off(len(items) - self.capacity)
+                    members = self._members
                 if len(items) > self._peak:
                     self._peak = len(items)
+        for member in cut:
+            member.fail(TooSlowError(
+                f"{self.name}: subscriber more than {self.capacity} elements behind, cut off "
+                f"at position {member.cursor}", position=member.cursor, bound=self.capacity))
         if overrun:
             report_violation("RS §1.1", f"{self.name}: upstream sent more than requested",
                              party=self._upstream)
@@ -243,10 +285,25 @@ class Multicast(PublisherBase):
         for member in members:  # RS §2.9: once each has taken what is buffered
             member.complete()
 
+    def _cut_off(self, excess: int) -> list[CursorSubscription]:
+        """Bounded lag (under the lock): the ``excess`` oldest elements go; the members that
+        had not taken them leave, returned to be told (outside the lock)."""
+        base = self._base + excess
+        cut = [m for m in self._members if m.cursor < base]
+        if cut:
+            self._members = [m for m in self._members if m.cursor >= base]
+            self._cut += len(cut)
+        for _ in range(excess):
+            self._items.popleft()
+        self._base = base
+        return cut
+
     # ------------------------------------------------------------ the members' buffer
     def _window(self, cursor: int, limit: int) -> list[Any]:
         with self._lock:
             offset = cursor - self._base
+            if offset < 0:  # cut off (bounded lag): its error is on its way
+                return []
             return list(itertools.islice(self._items, offset, offset + limit))
 
     def _end(self) -> int:
@@ -274,7 +331,12 @@ class Multicast(PublisherBase):
             if upstream is None or self._closed or self._completed or self._error is not None \
                     or not (members or self.live):
                 return
-            want = (self.capacity - len(items)) // self._unit - self._outstanding
+            if self.max_lag:  # the subscribers never slow upstream: ask for all, once
+                if self._outstanding:
+                    return
+                want = self._outstanding = MAX_DEMAND
+            else:
+                want = (self.capacity - len(items)) // self._unit - self._outstanding
             if want <= 0 or want < (self._lists + 1) // 2:
                 return  # ask in batches, once half the room is free
             self._outstanding += want

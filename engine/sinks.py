@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import logging
+import warnings
 
 from engine.contracts import Publisher, Subscription
 from engine.subscription import refuse_subscription
@@ -133,8 +134,11 @@ class CallbackSubscriber:
         try:
             if self._on_error is not None:
                 self._on_error(error)
-            else:
+            else:  # RS §2.13 forbids raising it here: said twice, so that it is not missed
                 _log.error("stream failed and %r has no on_error", self, exc_info=error)
+                warnings.warn(f"{self!r} was refused or failed with {error!r} and has no "
+                              "on_error to take it; give CallbackSubscriber(on_next, "
+                              "on_error=...) to handle it", RuntimeWarning, stacklevel=2)
         finally:
             self.done.set()
 

@@ -41,13 +41,14 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 import numbers
 import re
-from fractions import Fraction
+from decimal import Decimal
 from functools import lru_cache
-from typing import Iterable, TypeAlias
+from typing import Any, Collection, Iterable, TypeAlias
 
 import pendulum
 
@@ -70,6 +71,7 @@ __all__ = [
     "fraction_digits",
     "format_duration_ns",
     "format_instant",
+    "readable_repr",
     "TIME_UNITS",
     "PLAUSIBLE_YEARS",
     "UNSCALED_RANGES",
@@ -145,7 +147,8 @@ def _datetime_to_ns(value: _dt.datetime, what: str) -> int:
 
 
 def to_ns(value: object, *, what: str = "time") -> int:
-    """Convert an instant to nanoseconds since the epoch (UTC).
+    """Convert an instant to nanoseconds since the epoch (UTC). An ``int`` is nanoseconds
+    already (TS §1.1); a float is refused (``time.time()`` gives seconds).
 
     ``what`` names the value in the error message (``"start of event 12"``, ``"--until"``).
     Sub-microsecond digits of an ISO string are kept (``"...T00:00:00.000000001Z"``).
@@ -160,6 +163,11 @@ def to_ns(value: object, *, what: str = "time") -> int:
         return _datetime_to_ns(value, what)
     if isinstance(value, str):
         return _parse_instant(value, what)
+    if isinstance(value, float):  # time.time() most likely: seconds
+        raise TimeFormatError(
+            f"{what}: {value!r} is a float; an instant is int nanoseconds since the epoch "
+            "(time.time_ns(), not time.time()), an aware datetime (for seconds: "
+            "datetime.fromtimestamp(t, timezone.utc)) or an ISO-8601 string with an offset")
     raise TimeFormatError(
         f"{what}: {value!r} of type {type(value).__name__} is not an instant; expected int "
         "nanoseconds since the epoch, an aware datetime or an ISO-8601 string with an offset"
@@ -171,6 +179,10 @@ _FRACTION = re.compile(r"[T ]\d{2}:\d{2}:\d{2}[.,](\d+)")
 
 def _parse_instant(text: str, what: str) -> int:
     stripped = text.strip()
+    if stripped[10:11] == "t":  # RFC 3339 allows 't' and 'z' in lower case
+        stripped = stripped[:10] + "T" + stripped[11:]
+    if stripped[-1:] == "z":
+        stripped = stripped[:-1] + "Z"
     try:
         parsed = pendulum.parse(stripped, strict=True, exact=True)
     except Exception as err:  # pendulum raises several types; all mean "not an instant"
@@ -233,7 +245,8 @@ def to_duration_ns(value: DurationLike, *, what: str = "duration") -> int:
         if not math.isfinite(seconds):
             raise TimeFormatError(f"{what}: {value!r} is not a duration; expected a finite "
                                   "number of seconds or a string with its unit such as '5m'")
-        ns = round(Fraction(seconds) * NS_PER_S)  # to the nearest nanosecond
+        # to the nearest nanosecond, of the number as written (its shortest decimal form)
+        ns = int((Decimal(repr(seconds)) * NS_PER_S).to_integral_value())
     elif isinstance(value, _dt.timedelta):
         ns = (value.days * 86400 + value.seconds) * NS_PER_S + value.microseconds * NS_PER_US
     elif isinstance(value, str):
@@ -437,9 +450,12 @@ def looks_unscaled(value: int) -> str | None:
 
 
 def format_duration_ns(ns: int) -> str:
-    """Render a duration compactly: ``format_duration_ns(90 * 60 * 10**9) == '1h30m'``."""
+    """Render a duration compactly: ``format_duration_ns(90 * 60 * 10**9) == '1h30m'``; a
+    negative one (a lag ahead) with its sign, ``'-1s'``."""
     if ns == 0:
         return "0s"
+    if ns < 0:
+        return "-" + format_duration_ns(-ns)
     parts = []
     rest = ns
     for unit, scale in (("d", 86400 * NS_PER_S), ("h", 3600 * NS_PER_S), ("m", 60 * NS_PER_S),
@@ -448,3 +464,34 @@ def format_duration_ns(ns: int) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts)
+
+
+def readable_repr(obj: Any, instants: Collection[str] = (), durations: Collection[str] = (),
+                  ) -> str:
+    """A dataclass's repr with its time fields readable: ``instants`` as RFC 3339 text
+    (``format_instant``), ``durations`` compactly (``format_duration_ns``); the other fields,
+    and ``None``, as ``repr`` shows them. Both renderings are exact.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Seen:
+    ...     name: str
+    ...     last: int | None
+    ...     lag: int
+    ...     def __repr__(self) -> str:
+    ...         return readable_repr(self, instants=("last",), durations=("lag",))
+    >>> Seen("A", 1_795_334_400 * NS_PER_S, -NS_PER_S)
+    Seen(name='A', last='2026-11-22T08:00:00Z', lag='-1s')
+    """
+    parts = []
+    for f in dataclasses.fields(obj):
+        if not f.repr:
+            continue
+        value = getattr(obj, f.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if f.name in instants:
+                value = format_instant(value)
+            elif f.name in durations:
+                value = format_duration_ns(value)
+        parts.append(f"{f.name}={value!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"

@@ -37,10 +37,11 @@ from eventlog.format import (
     late_line_iso,
 )
 from eventlog.columns import Columns, SourceTable
-from eventlog.format import log_format
+from eventlog.files import log_files
+from eventlog.format import FORMATS, STDIN, log_format
 from eventlog.logfile import LogFile
 from eventlog.merge import MERGES, by_time, merge_columns, read_columns, read_records
-from eventlog.records import BadRecords, Span, time_scale
+from eventlog.records import RECORD_FIELDS, BadRecords, Span, field_map, time_scale
 from eventlog.write import EventLogWriter, RollingFileSink, SinkStats, write_log
 
 __all__ = [
@@ -67,6 +68,11 @@ __all__ = [
     "SourceTable",
     "log_format",
     "LogFile",
+    "log_files",
+    "FORMATS",
+    "STDIN",
+    "RECORD_FIELDS",
+    "field_map",
     "merge_columns",
     "MERGES",
     "by_time",

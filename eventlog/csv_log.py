@@ -19,6 +19,7 @@ import orjson
 
 from eventlog.columns import Columns
 from eventlog.fast import fast_columns
+from eventlog.format import open_log
 from eventlog.records import MISSING, Block, FileState, settle
 from eventlog.values import from_fields
 
@@ -74,12 +75,15 @@ class _Rows:
         counted = None if all(self.counted) else np.array(self.counted, np.bool_)
         return settle(from_fields(fields, np.array(self.lines, np.int64).reshape(n),
                                   objects=objs, text=self.text,
-                                  unreadable=self.unreadable, counted=counted), st)
+                                  unreadable=self.unreadable, counted=counted,
+                                  scale=st.scale), st)
 
 
-def _record(names: list[str], cells: list[str]) -> tuple[dict[str, Any], tuple[str, str] | None]:
-    """A row's cells as a record of Python values, and the payload's decoding error if any."""
-    obj: dict[str, Any] = {}
+def _record(names: list[str], cells: list[str], kind: str | None = None,
+            ) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    """A row's cells as a record of Python values, and the payload's decoding error if any;
+    ``kind``: the kind of a row without one (under a field mapping, ``"insert"``)."""
+    obj: dict[str, Any] = {} if kind is None else {"kind": kind}
     row = dict(zip(names, cells))
     for name in _CSV_FIELDS:
         text = row.get(name)
@@ -213,11 +217,25 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
         if header is None:
             return
         names = [h.strip() for h in header]
+        if names and names[0].startswith("\ufeff"):  # a byte-order mark (Excel, utf-8-sig)
+            names[0] = names[0][1:]
+        default_kind = None
+        if st.fields:  # a field mapping: the columns under the fields' canonical names
+            renamed = {name: field for field, name in st.fields.items()}
+            names = [renamed.get(n, n) for n in names]
+            if "kind" not in st.fields and "kind" not in names:
+                default_kind = "insert"  # a plain log's rows are readings
+        # a partition folder's fields (``LogFile.fields``) stand for absent columns
         restored = {name for name, _ in st.file.fields} if st.file is not None else set()
         for required in ("source", "kind", "start"):
-            if required not in names and required not in restored:
-                raise st.error(1, f"header has no {required!r} column; expected at least "
-                               "source, kind, start", required)
+            if required not in names and required not in restored and not (
+                    required == "kind" and default_kind):
+                shown = st.fields.get(required, required)
+                raise st.error(1, f"header has no {shown!r} column; expected at least "
+                               "source, kind, start" + (f" (here {shown!r}, as --field maps it)"
+                                                        if shown != required else "")
+                               + f"; the header's columns are {', '.join(map(repr, names))}",
+                               required)
         if span.start:  # a later span: its own bytes, numbered from its first line
             f.seek(span.start)
             blocks = _blocks(f, on_bytes, None if span.stop is None else span.stop - span.start)
@@ -228,17 +246,19 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
         for data in itertools.chain([pending] if pending else [], blocks):
             if not data.endswith(b"\n"):
                 data += b"\n"  # the file's last line (its record ends with the file)
-            scanned = fast_columns(Block("csv", data, len(data), feed.line + 1, st,
-                                         tuple(names)))
+            scanned = (None if st.fields else  # the scanners read the canonical names
+                       fast_columns(Block("csv", data, len(data), feed.line + 1, st,
+                                          tuple(names))))
             if scanned is not None:
                 yield scanned
                 feed.line += len(scanned)
                 continue
             feed.add(data)
-            yield from _object_rows(reader, feed, names, st)
+            yield from _object_rows(reader, feed, names, st, default_kind)
 
 
-def _object_rows(reader: Any, feed: _Feed, names: list[str], st: FileState) -> Iterator[Columns]:
+def _object_rows(reader: Any, feed: _Feed, names: list[str], st: FileState,
+                 kind: str | None = None) -> Iterator[Columns]:
     """The records of the lines in ``feed`` (and of any block a record runs into) by the
     ``csv`` module, ``CSV_ROWS`` at a time."""
     rows = _Rows()
@@ -258,7 +278,7 @@ def _object_rows(reader: Any, feed: _Feed, names: list[str], st: FileState) -> I
             rows.add({}, line, cells, (f"{len(cells)} cells for {len(names)} header "
                                        "columns (truncated or unquoted comma?)", None))
         else:
-            obj, error = _record(names, cells)
+            obj, error = _record(names, cells, kind)
             rows.add(obj, line, cells, error)
         if len(rows.lines) >= CSV_ROWS:
             yield rows.columns(st)

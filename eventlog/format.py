@@ -15,8 +15,12 @@ b'{"kind":"cti","start":3}\\n'
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
-from typing import Any
+import sys
+from typing import Any, Callable
 
 import orjson
 
@@ -55,6 +59,12 @@ __all__ = [
     "encode_event",
     "encode_late",
     "log_format",
+    "open_log",
+    "compression",
+    "FORMATS",
+    "COMPRESSIONS",
+    "LOG_EXTENSIONS",
+    "STDIN",
 ]
 
 #: kind codes of the column form, and their names in a record
@@ -80,16 +90,57 @@ _dumps = orjson.dumps
 
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
                ".parquet": "parquet", ".pq": "parquet"}
+#: the formats of event logs
+FORMATS = ("jsonl", "csv", "parquet")
+#: compressed logs: a file's last suffix and the standard library's module that reads it
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+_OPENERS: dict[str, Callable[..., Any]] = {"gzip": gzip.open, "bz2": bz2.open,
+                                           "lzma": lzma.open}
+#: the extensions of log files (what a directory of parts is read for)
+LOG_EXTENSIONS = tuple(ext + z for ext in _EXTENSIONS for z in ("", *COMPRESSIONS))
+#: the path that names standard input
+STDIN = "-"
 
 
-def log_format(path: str | os.PathLike[str]) -> str:
-    """``"jsonl"``, ``"csv"`` or ``"parquet"``, from the file name (``.gz`` is not supported)."""
-    ext = os.path.splitext(os.fspath(path))[1].lower()
+def compression(path: str | os.PathLike[str]) -> str | None:
+    """The module that decompresses ``path`` (``"gzip"`` for ``.gz``…), or ``None``."""
+    return COMPRESSIONS.get(os.path.splitext(os.fspath(path))[1].lower())
+
+
+def log_format(path: str | os.PathLike[str], format: str | None = None) -> str:
+    """``"jsonl"``, ``"csv"`` or ``"parquet"``: ``format`` if given, else from the file name,
+    a compression suffix set aside (``fleet.jsonl.gz`` is JSON Lines); standard input
+    (``"-"``) is JSON Lines unless ``format`` says otherwise."""
+    name = os.fspath(path)
+    if format is not None:
+        if format not in FORMATS:
+            raise InputError(f"format={format!r}; expected one of {', '.join(FORMATS)}")
+        return format
+    if name == STDIN:
+        return "jsonl"
+    base = name[:-len(os.path.splitext(name)[1])] if compression(name) else name
+    ext = os.path.splitext(base)[1].lower()
     try:
         return _EXTENSIONS[ext]
     except KeyError:
-        raise InputError(f"{os.fspath(path)}: unknown event-log extension {ext!r}; expected one "
-                         f"of {', '.join(sorted(_EXTENSIONS))}") from None
+        raise InputError(f"{name}: unknown event-log extension {ext!r}; expected one of "
+                         f"{', '.join(sorted(_EXTENSIONS))} (compressed too: .gz, .bz2, .xz), "
+                         "or name the format: --format jsonl|csv|parquet "
+                         "(replay(..., format=...))") from None
+
+
+def open_log(path: str, *, raw: bool = False) -> Any:
+    """``path`` opened for reading its bytes: standard input for ``"-"`` (left open when the
+    returned file is closed), a compressed file decompressed as it is read, else the file
+    (unbuffered with ``raw``, for ``readinto``)."""
+    opened: Any  # a binary file with read, readinto and seek (io.RawIOBase or BufferedIOBase)
+    if path == STDIN:
+        opened = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0 if raw else -1)
+    elif compression(path) is not None:
+        opened = _OPENERS[COMPRESSIONS[os.path.splitext(path)[1].lower()]](path, "rb")
+    else:
+        opened = open(path, "rb", buffering=0 if raw else -1)
+    return opened
 
 
 def insert_prefix(source: str | None) -> bytes:

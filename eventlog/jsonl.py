@@ -16,7 +16,8 @@ import orjson
 
 from eventlog.columns import PAD, Columns
 from eventlog.fast import fast_columns
-from eventlog.records import MISSING, Block, FileState, settle
+from eventlog.format import open_log
+from eventlog.records import MISSING, RECORD_FIELDS, Block, FileState, settle
 from eventlog.values import from_fields
 
 __all__ = ["CHUNK_BYTES", "read_jsonl", "object_columns"]
@@ -66,6 +67,8 @@ def object_columns(lines: list[bytes], first_line: int, st: FileState, last: boo
             objs.append(obj)
             texts.append(raw)
             numbers.append(first_line + i)
+    if st.fields:  # a field mapping: the records' fields under their canonical names
+        objs = _renamed(objs, st.fields)
     n = len(objs)
     row_lines = (np.arange(first_line, first_line + n, dtype=np.int64) if numbers is None
                  else np.array(numbers, np.int64).reshape(n))
@@ -79,7 +82,22 @@ def object_columns(lines: list[bytes], first_line: int, st: FileState, last: boo
         fields = {f: [o.get(f, MISSING) for o in records] for f in wanted}
         not_record = np.array([type(o) is not dict for o in objs], np.bool_)
     return settle(from_fields(fields, row_lines, objects=objs, text=texts.__getitem__,
-                              unreadable=unreadable, not_record=not_record), st)
+                              unreadable=unreadable, not_record=not_record, scale=st.scale), st)
+
+
+def _renamed(objs: list[Any], named: dict[str, str]) -> list[Any]:
+    """The records with their fields under the canonical names (``named``: field -> the name
+    the log gives it); a record without a kind is an insert, unless the kind is mapped."""
+    pairs = [(f, named.get(f, f)) for f in RECORD_FIELDS]
+    default_kind = "kind" not in named
+    out: list[Any] = []
+    for o in objs:
+        if type(o) is dict:
+            o = {f: o[name] for f, name in pairs if name in o}
+            if default_kind and "kind" not in o:
+                o["kind"] = "insert"  # a plain log's records are readings
+        out.append(o)
+    return out
 
 
 def read_jsonl(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[Columns]:
@@ -90,7 +108,7 @@ def read_jsonl(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterato
     # Each block is read into a fresh buffer after the previous block's unfinished line, with
     # room for the scanner's padding, so the scanner works on it in place: no copies.
     f: Any
-    with (st.open() if st.file is not None else open(st.path, "rb", buffering=0)) as f:
+    with st.open(raw=True) as f:
         if span.start:
             f.seek(span.start)
         rest = b""
@@ -114,7 +132,8 @@ def read_jsonl(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterato
                 rest = bytes(buf[:end])
                 continue
             rest = bytes(buf[cut + 1:end])
-            scanned = fast_columns(Block("jsonl", buf, cut + 1, line, st))
+            scanned = (None if st.fields else  # the scanners read the canonical names
+                       fast_columns(Block("jsonl", buf, cut + 1, line, st)))
             if scanned is not None:
                 yield scanned
                 line += len(scanned)

@@ -7,6 +7,7 @@ Memory: one chunk per file plus the runs of equal order keys.
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, BinaryIO, Callable, Generator, Iterable, Iterator, Sequence
 
@@ -16,16 +17,17 @@ from engine.errors import InputError
 
 from eventlog.columns import Columns, SourceTable
 from eventlog.csv_log import read_csv
-from eventlog.format import ALL_KIND_CODES, END, START, log_format, timed
+from eventlog.format import ALL_KIND_CODES, END, START, STDIN, log_format, timed
 from eventlog.jsonl import read_jsonl
 from eventlog.logfile import LogFile
 from eventlog.parquet import read_parquet
-from eventlog.records import BadRecords, FileState, Span, time_scale
+from eventlog.records import BadRecords, FileState, Span, field_map, time_scale
 
 __all__ = ["read_columns", "merge_columns", "read_records", "by_time", "MERGES"]
 
-#: how several logs are merged: by their order keys (TS §5.2) or by time (TS §5.8)
-MERGES = ("arrival", "time")
+#: how several logs are merged: ``auto`` (by time when no log carries an order key, else by
+#: the order keys), by their order keys (``arrival``, TS §5.2) or by time (TS §5.8)
+MERGES = ("auto", "arrival", "time")
 
 _READERS: dict[str, Callable[[FileState, Callable[[int], None] | None], Iterator[Columns]]] = {
     "jsonl": read_jsonl, "csv": read_csv, "parquet": read_parquet}
@@ -33,17 +35,21 @@ _READERS: dict[str, Callable[[FileState, Callable[[int], None] | None], Iterator
 
 def _open(path: str | os.PathLike[str] | LogFile, index: int, table: SourceTable,
           bad: BadRecords, scale: int | None, on_bytes: Callable[[int], None] | None,
-          span: Span = Span()) -> tuple[FileState, Iterator[Columns]]:
+          span: Span = Span(), format: str | None = None, fields: dict[str, str] | None = None,
+          ) -> tuple[FileState, Iterator[Columns]]:
     if isinstance(path, LogFile):  # a file of another file system, compressed, partitioned
         if not path.seekable and not span.whole:
             raise InputError(f"{path.name}: a compressed log is read whole; expected no "
                              "byte range")
-        state = FileState(path.name, index, table, bad, scale, span, path)
+        state = FileState(path.name, index, table, bad, scale, span, fields, path)
         return state, _READERS[path.format](state, on_bytes)
-    state = FileState(os.fspath(path), index, table, bad, scale, span)
-    if not os.path.exists(state.path):
+    state = FileState(os.fspath(path), index, table, bad, scale, span, fields)
+    if state.path != STDIN and not os.path.exists(state.path):
         raise InputError(f"{state.path}: no such file")
-    return state, _READERS[log_format(state.path)](state, on_bytes)
+    if os.path.isdir(state.path):
+        raise InputError(f"{state.path}: is a directory; expected a log file "
+                         "(eventlog.log_files reads a directory's parts)")
+    return state, _READERS[log_format(state.path, format)](state, on_bytes)
 
 
 def read_columns(path: str | os.PathLike[str] | LogFile, *, index: int = 0,
@@ -64,11 +70,19 @@ def read_columns(path: str | os.PathLike[str] | LogFile, *, index: int = 0,
 
 
 class _FileReader:
-    __slots__ = ("state", "chunks")
+    __slots__ = ("state", "chunks", "source")
 
     def __init__(self, state: FileState, chunks: Iterator[Columns]) -> None:
         self.state = state
         self.chunks = chunks
+        self.source = chunks  # the reader's own generator, closed at the end
+
+    def peek(self) -> None:
+        """Read the file's first chunk that holds a record (its order key is then known,
+        ``state.mode``) and put it back in front of the rest."""
+        first = self.next_chunk()
+        if first is not None:
+            self.chunks = itertools.chain([first], self.chunks)
 
     def next_chunk(self) -> Columns | None:
         for chunk in self.chunks:
@@ -80,7 +94,9 @@ class _FileReader:
 def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable,
                   bad: BadRecords, on_bytes: Callable[[int], None] | None = None,
                   modes: list[Any] | None = None, time_unit: str | None = None,
-                  merge: str = "arrival") -> Generator[Columns, None, None]:
+                  merge: str = "arrival", chosen: list[str] | None = None,
+                  format: str | None = None, fields: dict[str, str] | None = None,
+                  ) -> Generator[Columns, None, None]:
     """Merge files by ``(order key, file index, line)`` (TS §5.2), streaming, in chunks.
 
     A row is released once no unread row of another file can sort before it: every file's
@@ -89,15 +105,34 @@ def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable
     ``modes`` (if given) is filled with each file's reading state; ``.mode`` is its order key
     (``"arrival"``, ``"seq"``, ``"position"``, or ``None`` until its first record).
     ``time_unit``: the unit of the logs' integer times (``time_scale``; ``None``:
-    nanoseconds, implausible values refused). ``merge``: ``"arrival"`` (the order keys) or
+    nanoseconds, implausible values refused). ``merge``: ``"arrival"`` (the order keys),
     ``"time"`` (``by_time``: each file's key is the latest time it has shown, so the next
-    record comes from the file furthest behind; TS §5.8).
+    record comes from the file furthest behind; TS §5.8) or ``"auto"``: by time when there
+    are several files and none carries an order key (``seq``, ``arrival``: each file is one
+    device's log, and their positions say nothing about one another), else by the order
+    keys (TS §5.8). ``chosen`` (if given) gets the merge that runs: ``"arrival"`` or
+    ``"time"``, or ``"file"`` for a single file, read in its own order. ``format``: the
+    logs' format (``log_format``; ``None``: from each name). ``fields``: the names the logs
+    give the fields of a record (``field_map``: ``{"start": "created"}``; a record without a
+    kind is then an insert).
     """
     if merge not in MERGES:
         raise InputError(f"merge={merge!r}; expected one of {', '.join(MERGES)}")
     scale = time_scale(time_unit)
-    readers = [_FileReader(*_open(p, i, table, bad, scale, on_bytes))
+    names = field_map(fields)
+    readers = [_FileReader(*_open(p, i, table, bad, scale, on_bytes, format=format,
+                                  fields=names))
                for i, p in enumerate(paths)]
+    if merge == "auto":
+        merge = "arrival"
+        if len(readers) > 1:
+            for r in readers:
+                r.peek()
+            keyed = [r.state.mode for r in readers if r.state.mode is not None]
+            if keyed and all(m == "position" for m in keyed):
+                merge = "time"  # TS §5.8: nothing orders the files' records among them
+    if chosen is not None:
+        chosen.append("file" if len(readers) == 1 else merge)
     timed = merge == "time"
     if timed:
         for r in readers:
@@ -113,9 +148,10 @@ def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable
         yield from _merge(readers, check=not timed)
     finally:
         for r in readers:
-            close = getattr(r.chunks, "close", None)
-            if close is not None:
-                close()
+            for chunks in (r.chunks, r.source):
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
 
 
 def by_time(chunks: Iterable[Columns]) -> Iterator[Columns]:

@@ -18,6 +18,7 @@ from engine.errors import InputError
 
 from eventlog.columns import Columns
 from eventlog.fast import fast_columns
+from eventlog.format import STDIN, compression
 from eventlog.records import MISSING, Block, FileState, settle
 from eventlog.values import Ns, from_fields
 
@@ -70,6 +71,9 @@ def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Itera
     """The file's records, a batch at a time."""
     if not st.span.whole:  # row groups, not lines: no byte ranges
         raise InputError(f"{st.path}: a Parquet log is read whole; expected no byte range")
+    if st.path == STDIN or compression(st.path):
+        raise InputError(f"{st.path}: a Parquet log is read from a file, uncompressed (it is "
+                         "compressed inside already); expected a .parquet file")
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -82,23 +86,35 @@ def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Itera
         raise st.error(1, f"not a readable Parquet file: {err}") from err
     if on_bytes is not None:
         on_bytes(st.size())
-    names = set(pf.schema_arrow.names)
+    renamed = {name: field for field, name in st.fields.items()}  # a field mapping
+    names = {renamed.get(n, n) for n in pf.schema_arrow.names}
+    default_kind = bool(st.fields) and "kind" not in st.fields and "kind" not in names
+    # a partition folder's fields (``LogFile.fields``) stand for absent columns
     restored = {name for name, _ in st.file.fields} if st.file is not None else set()
     for required in ("source", "kind", "start"):
-        if required not in names and required not in restored:
-            raise st.error(1, f"no {required!r} column; expected at least source, kind, start",
-                           required)
+        if required not in names and required not in restored and not (
+                required == "kind" and default_kind):
+            raise st.error(1, f"no {st.fields.get(required, required)!r} column; expected at "
+                           "least source, kind, start", required)
     for name in ("payload", "id"):
         if name in names:
-            t = pf.schema_arrow.field(name).type
+            shown = st.fields.get(name, name)
+            t = pf.schema_arrow.field(shown).type
             if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
-                raise st.error(1, f"the {name} column is {t}; expected JSON text (a string "
+                raise st.error(1, f"the {shown} column is {t}; expected JSON text (a string "
                                f"column): write it with to_json, e.g. "
-                               f"df.withColumn({name!r}, F.to_json({name!r}))", name)
-    wanted = [c for c in _COLUMNS if c in names]
+                               f"df.withColumn({shown!r}, F.to_json({shown!r}))", name)
+    wanted = [st.fields.get(c, c) for c in _COLUMNS if c in names]
     row = 0
     for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=wanted):
         n = batch.num_rows
+        if st.fields:  # the columns under the fields' canonical names
+            columns = list(batch.columns)
+            labels = [renamed.get(c, c) for c in batch.schema.names]
+            if default_kind:  # a plain log's rows are readings
+                columns.append(pa.array(["insert"] * n, pa.string()))
+                labels.append("kind")
+            batch = pa.RecordBatch.from_arrays(columns, names=labels)
         for name, value in st.file.fields if st.file is not None else ():
             if name not in names:  # a partition folder's field, as a column of the batch
                 batch = batch.append_column(name, pa.array([value] * n, pa.string()))
@@ -109,5 +125,6 @@ def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Itera
             fields, unreadable = _values(batch, pa, n)
             rows = _Rows(fields)
             yield settle(from_fields(fields, np.arange(row + 1, row + n + 1, dtype=np.int64),
-                                     objects=rows, text=rows.text, unreadable=unreadable), st)
+                                     objects=rows, text=rows.text, unreadable=unreadable,
+                                     scale=st.scale), st)
         row += n

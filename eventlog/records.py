@@ -45,19 +45,21 @@ names' codes or the errors.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, BinaryIO, Callable, NamedTuple, Sequence
 
 import numpy as np
 import orjson
 
 from engine.errors import BadRecordError, InputError
-from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, format_rfc3339,
-                          looks_unscaled)
+from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, format_instant,
+                          format_rfc3339, looks_unscaled)
 
 from eventlog.columns import Columns, Payloads, RawLines, SourceTable
 from eventlog.format import (ALL_KIND_CODES, BAD_RECORD_MODES, CTI, END, INSERT, JOIN, LEAVE,
-                             START)
+                             START, open_log)
 from eventlog.logfile import LogFile
 
 __all__ = [
@@ -68,6 +70,8 @@ __all__ = [
     "Block",
     "RawColumns",
     "FileState",
+    "RECORD_FIELDS",
+    "field_map",
     "Span",
     "BadRecords",
     "time_scale",
@@ -222,16 +226,41 @@ class Span:
         return self.start == 0 and self.stop is None
 
 
+#: the fields of a record a field mapping may name (``--field start=created``)
+RECORD_FIELDS = ("source", "kind", "start", "end", "payload", "id", "seq", "arrival")
+
+
+def field_map(fields: dict[str, str] | None) -> dict[str, str]:
+    """``fields`` (a record's field -> the name it has in the logs) checked: ``{}`` for
+    ``None``; an ``InputError`` for a name that is not a record's field or two fields read
+    from one name."""
+    if not fields:
+        return {}
+    for target, name in fields.items():
+        if target not in RECORD_FIELDS:
+            raise InputError(f"field {target!r}={name!r}: {target!r} is not a field of a "
+                             f"record; expected one of {', '.join(RECORD_FIELDS)}")
+        if not isinstance(name, str) or not name:
+            raise InputError(f"field {target}={name!r}: expected the name of a field of the "
+                             "logs' records")
+    names = list(fields.values())
+    if len(set(names)) != len(names):
+        raise InputError(f"fields {fields!r}: two fields read from one name")
+    return dict(fields)
+
+
 class FileState:
     """Per-file reading state: order-key mode, last key, record position, and the unit of
-    integer times (``scale``: see ``time_scale``); ``span``: the part of the file read."""
+    integer times (``scale``: see ``time_scale``); ``span``: the part of the file read;
+    ``fields``: the names the file's records give the fields (``field_map``; a record
+    without a kind is then an insert)."""
 
     __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position", "scale",
-                 "span", "file")
+                 "span", "fields", "file")
 
     def __init__(self, path: str, index: int, table: SourceTable, bad: BadRecords,
                  scale: int | None = None, span: Span = Span(),
-                 file: LogFile | None = None) -> None:
+                 fields: dict[str, str] | None = None, file: LogFile | None = None) -> None:
         self.file = file  # how to open it when it is not a plain local path (``LogFile``)
         self.path = path
         self.index = index
@@ -239,18 +268,25 @@ class FileState:
         self.bad = bad
         self.scale = scale
         self.span = span
+        self.fields = fields or {}
         self.mode: str | None = span.mode  # "arrival" | "seq" | "position"
         self.last_key = span.last_key
         self.position = 0
 
     def error(self, line: int, message: str, field: str | None = None) -> BadRecordError:
+        """The bad record error at ``line``; a field is named as the file names it."""
+        if field is not None and field in self.fields:
+            field = self.fields[field]
         return BadRecordError(self.path, line, message, field=field)
 
-    def open(self) -> BinaryIO:
-        """The file's bytes, from its start (a ``LogFile``'s opener, else the local file)."""
+    def open(self, raw: bool = False) -> BinaryIO:
+        """The file's bytes, from its start: a ``LogFile``'s opener, else the local file,
+        standard input or a compressed file (``eventlog.format.open_log``; unbuffered with
+        ``raw``)."""
         if self.file is not None:
             return self.file.open()
-        return open(self.path, "rb")
+        opened: BinaryIO = open_log(self.path, raw=raw)
+        return opened
 
     def size(self) -> int:
         return self.file.size() if self.file is not None else os.path.getsize(self.path)
@@ -557,11 +593,38 @@ def _instant_message(value: Any, rule: int, scale: int | None) -> str:
         unit = next(u for u, s in TIME_UNITS.items() if s == (scale or 1))
         return (f"{value} {_UNIT_WORDS[unit]} is outside the int64 nanosecond range "
                 "(years 1677 to 2262)")
+    if type(value) is str and _FRACTION.fullmatch(value.strip()):
+        return _fraction_message(value.strip(), float(value), scale)
     if type(value) is str:
         return (f"cannot parse {value!r} as an instant; expected int nanoseconds or ISO-8601 "
                 "with an offset, e.g. '2026-11-22T08:00:00Z'")
+    if type(value) is float:
+        return _fraction_message(_dumps(value), value, scale)
     return (f"{_dumps(value)} is a {_json_type(value)}; expected int nanoseconds since the "
             "epoch or an ISO-8601 string with an offset")
+
+
+#: a number with a fraction, as CSV text
+_FRACTION = re.compile(r"[+-]?(\d+\.\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _fraction_message(shown: str, value: float, scale: int | None) -> str:
+    """Why a number with a fraction is not an instant here, and the unit it looks like."""
+    if scale == 1:
+        return (f"{shown} is a number with a fraction, and the unit given (--time-unit ns) "
+                "has none; expected a whole number of nanoseconds")
+    unit = None
+    if value == value and abs(value) < 2**63:
+        whole = int(value)
+        unit = looks_unscaled(whole if whole % NS_PER_S else whole + 1)
+    hint = (f"; it looks like {_UNIT_WORDS[unit]} since the epoch "
+            f"({format_rfc3339(int(Decimal(repr(value)) * TIME_UNITS[unit]))}): "
+            f"--time-unit {unit} "
+            f"(replay(..., time_unit={unit!r}))" if unit else
+            "; give the unit of the numbers: --time-unit s|ms|us")
+    return (f"{shown} is a number with a fraction; expected int nanoseconds since the epoch, "
+            f"an ISO-8601 string with an offset, or a number in the unit given with "
+            f"--time-unit{hint}")
 
 
 def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordError:
@@ -582,13 +645,14 @@ def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordErr
     if rule == KIND_UNKNOWN:
         return st.error(line, f"unknown kind {_dumps(kind)}; {_KIND_LIST}", "kind")
     if rule == SOURCE_MISSING:
-        return st.error(line, f"missing on a {kind} record; expected the input's name", "source")
+        return st.error(line, f"missing on {_a(kind)} record; expected the input's name",
+                        "source")
     if rule == SOURCE_TYPE:
         source = obj.get("source")
         return st.error(line, f"{_dumps(source)} is a {_json_type(source)}; expected a string",
                         "source")
     if rule == START_MISSING:
-        return st.error(line, f"missing on a {kind} record; expected an instant", "start")
+        return st.error(line, f"missing on {_a(kind)} record; expected an instant", "start")
     if START_BAD <= rule <= START_RANGE:
         return st.error(line, _instant_message(obj["start"], rule - START_BAD, st.scale), "start")
     if rule == CTI_END:
@@ -607,8 +671,8 @@ def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordErr
     if END_BAD <= rule <= END_RANGE:
         return st.error(line, _instant_message(obj["end"], rule - END_BAD, st.scale), "end")
     if rule == END_ORDER:
-        return st.error(line, f"interval end {int(v.end[i])} is not after start "
-                        f"{int(v.start[i])}; expected end > start", "end")
+        return st.error(line, f"interval end {format_instant(int(v.end[i]))} is not after "
+                        f"start {format_instant(int(v.start[i]))}; expected end > start", "end")
     if rule == EDGE_ID:
         value = obj.get("id", MISSING)
         found = "missing" if value is MISSING else f"{_dumps(value)} is a {_json_type(value)}"
@@ -626,5 +690,14 @@ def explain(raw: RawColumns, v: _Verdict, st: FileState, i: int) -> BadRecordErr
         return st.error(line, _instant_message(obj["arrival"], rule - KEY_BAD, st.scale),
                         "arrival")
     assert rule == KEY_ORDER and v.before is not None
-    return st.error(line, f"{int(v.key[i])} is before the previous record's {int(v.before[i])}; "
-                    "a file must be in arrival order (TS §5.2)", mode)
+    key, before = int(v.key[i]), int(v.before[i])
+    if mode == "arrival":
+        shown = f"{format_instant(key)} is before the previous record's {format_instant(before)}"
+    else:
+        shown = f"{key} is before the previous record's {before}"
+    return st.error(line, f"{shown}; a file must be in arrival order (TS §5.2)", mode)
+
+
+def _a(word: Any) -> str:
+    """``word`` with its article: "an insert", "a cti"."""
+    return f"{'an' if str(word)[:1] in 'aeiou' else 'a'} {word}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -39,6 +40,8 @@ _INT64 = range(-(2**63), 2**63)
 @lru_cache(maxsize=65_536)
 def _iso_ns(text: str) -> int:
     """ISO-8601 instant with an offset -> ns; the common forms without pendulum (cached)."""
+    if text[-1:] == "z":  # RFC 3339 allows a lower-case 'z' (and 't': fromisoformat reads it)
+        return to_ns(text, what="instant")
     if _FRACTION_DIGITS.search(text):  # sub-microsecond digits: to_ns's rule (TS §1.4)
         return to_ns(text, what="instant")
     try:
@@ -57,8 +60,23 @@ class Ns(int):
     __slots__ = ()
 
 
-def _cell(value: Any, instant: bool) -> tuple[int, int]:
-    """``(value, state)`` of one time cell (see ``Times``)."""
+#: a number with a fraction, as CSV text (``1795334460000.0``)
+_DECIMAL = re.compile(r"[+-]?(\d+\.\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _scaled(value: float, scale: int) -> tuple[int, int]:
+    """A number with a fraction in the unit ``scale`` (ns per unit) as whole nanoseconds,
+    rounded to the nearest (``time.time()``'s float seconds, a pandas float column): the
+    number as written (its shortest decimal form), not the binary float's digits."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return 0, BAD
+    ns = int((Decimal(repr(value)) * scale).to_integral_value())
+    return (ns, NS) if ns in _INT64 else (0, BIG)
+
+
+def _cell(value: Any, instant: bool, scale: int | None = None) -> tuple[int, int]:
+    """``(value, state)`` of one time cell (see ``Times``); ``scale``: the unit of numbers
+    (ns per unit, from ``--time-unit``), which a number with a fraction needs."""
     t = type(value)
     if t is int:
         return (value, INT) if value in _INT64 else (0, BIG)
@@ -69,7 +87,11 @@ def _cell(value: Any, instant: bool) -> tuple[int, int]:
     if instant:
         if t is Ns:
             return int(value), NS
+        if t is float and scale is not None and scale > 1:  # TS §5.4: in the unit given
+            return _scaled(value, scale)
         if t is str:
+            if scale is not None and scale > 1 and _DECIMAL.fullmatch(value.strip()):
+                return _scaled(float(value), scale)
             try:
                 ns = _iso_ns(value)
             except TimeFormatError:
@@ -78,10 +100,10 @@ def _cell(value: Any, instant: bool) -> tuple[int, int]:
     return 0, BAD
 
 
-def times_of(values: list[Any], instant: bool = True) -> Times:
+def times_of(values: list[Any], instant: bool = True, scale: int | None = None) -> Times:
     """A time column from Python values (``MISSING`` where a record has no such field):
-    ``instant`` for start, end and arrival (integers or ISO-8601 text), else an integer
-    (seq)."""
+    ``instant`` for start, end and arrival (integers, ISO-8601 text, or, with the unit of
+    numbers given as ``scale``, numbers with a fraction), else an integer (seq)."""
     n = len(values)
     types = set(map(type, values))
     if types == {int}:
@@ -91,11 +113,11 @@ def times_of(values: list[Any], instant: bool = True) -> Times:
             pass
     elif len(types) == 1 and values and values[0] is MISSING:
         return Times.absent(n)
-    elif instant and str in types:
+    elif instant and str in types and not (scale is not None and scale > 1):
         found = _iso_column(values, n)
         if found is not None:
             return found
-    cells = [_cell(v, instant) for v in values]
+    cells = [_cell(v, instant, scale) for v in values]
     value = np.fromiter((c[0] for c in cells), np.int64, n)
     state = np.fromiter((c[1] for c in cells), np.int8, n)
     return Times(value, state)
@@ -162,10 +184,11 @@ def from_fields(fields: dict[str, list[Any]], lines: np.ndarray, *,
                 objects: Any, text: Callable[[int], bytes | str],
                 unreadable: dict[int, tuple[str, str | None]] | None = None,
                 not_record: np.ndarray | None = None,
-                counted: np.ndarray | None = None) -> RawColumns:
+                counted: np.ndarray | None = None, scale: int | None = None) -> RawColumns:
     """``RawColumns`` from Python values per field (``source``, ``kind``, ``start``, ``end``,
     ``payload``, ``seq``, ``arrival``, ``id``; ``MISSING`` where a record has no such field): the
-    object path of every format. ``not_record``: rows that are not objects."""
+    object path of every format. ``not_record``: rows that are not objects. ``scale``: the
+    unit of numbers in times (``time_scale``), which numbers with a fraction are read in."""
     n = len(lines)
     none = [MISSING] * n
     kind = _kinds(fields.get("kind", none))
@@ -176,8 +199,9 @@ def from_fields(fields: dict[str, list[Any]], lines: np.ndarray, *,
     source, names = _sources(fields.get("source", none))
     payload = [None if p is MISSING else p for p in fields.get("payload", [None] * n)]
     has_payload = np.fromiter((p is not None for p in payload), np.bool_, n)
-    return RawColumns(lines, kind, source, names, times_of(fields.get("start", none)),
-                      times_of(fields.get("end", none)), times_of(fields.get("seq", none), False),
-                      times_of(fields.get("arrival", none)), payload, has_payload,
+    return RawColumns(lines, kind, source, names, times_of(fields.get("start", none), True, scale),
+                      times_of(fields.get("end", none), True, scale),
+                      times_of(fields.get("seq", none), False),
+                      times_of(fields.get("arrival", none), True, scale), payload, has_payload,
                       objects=objects, text=text, unreadable=dict(unreadable or {}),
                       counted=counted, ids=fields.get("id"))

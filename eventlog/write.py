@@ -162,8 +162,11 @@ class RollingFileSink:
     ``os.replace`` as ``<prefix>-<n:06d>.jsonl``. A reader of the directory therefore never
     sees a partial part. Numbering continues after the parts already in ``directory``.
 
-    Every line carries ``"seq"`` (from ``first_seq``, continuing across parts), so the parts
-    read together merge back into the order received (TS §5.2).
+    Every line carries ``"seq"``, from ``first_seq`` and continuing across this sink's parts,
+    so they read together merge back into the order received (TS §5.2). The part numbers
+    continue after an earlier run's parts by themselves; ``seq`` does not: a sink writing
+    into a directory that holds an earlier run's parts must be given that run's next ``seq``
+    as ``first_seq``, else the two runs' parts interleave when read together.
 
     Demand: ``request(batch)`` at subscription, topped up to ``batch`` when half is used.
     Memory: O(1) (one open file). Errors writing a part cancel the subscription and are kept in

@@ -96,8 +96,9 @@ async def demo(out_dir: str | None = None, count: int = 30, quiet: bool = False)
           f"{sum(e.is_cti for e in merged)} CTIs (the last at {_time(merged[-1].start)}); "
           f"{stats.union.late.records} late; {stats.events_received} received over the "
           f"network, {stats.events_refused} refused")
-    if server.sink is not None:
-        print(f"event-log parts: {server.sink.published + server.late_sink.published}")
+    if out_dir is not None:
+        parts = sorted(p.name for p in Path(out_dir).glob("*-*.jsonl"))
+        print(f"event-log parts: {parts}")
     return {"stats": stats, "merged": merged}
 
 

@@ -9,14 +9,20 @@ Exit status: 0 on success, 1 on an input error (a bad record, a missing file; on
 stderr naming the file and line), 2 on a usage error: argparse's own (usage and one line
 ``goldilocks replay: error: argument --delay: …``), or an argument that cannot be used as
 given, found before any work starts (an ``engine.errors.UsageError``: one line naming the
-argument and the path, e.g. an ``--out`` that is an input log). ``main`` returns the status
-in every case (``--help`` and ``--version`` too) rather than raising ``SystemExit``.
+argument and the path, e.g. an ``--out`` that is an input log); 130 when interrupted (Ctrl-C)
+and 143 when terminated (SIGTERM: ``kill``, ``timeout``, ``docker stop``), one line saying so
+— and, with ``--checkpoint``, how to resume — after the outputs' temporaries are removed.
+``main`` returns the status in every case (``--help`` and ``--version`` too) rather than
+raising ``SystemExit``.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,7 +32,30 @@ from engine.errors import GoldilocksError, InputError, UsageError
 from goldilocks.commands import Command, commands, duration, negative_values, register_command
 from goldilocks.net.cli import SERVE
 
-__all__ = ["build_parser", "main", "distribution_version"]
+__all__ = ["build_parser", "main", "distribution_version", "Terminated"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program runs so that it stops as Ctrl-C stops it: every
+    ``finally`` runs, and no output's temporary is left behind."""
+
+
+@contextmanager
+def terminated_as_interrupted():
+    """Within: SIGTERM raises ``Terminated`` in the main thread (elsewhere: nothing
+    changes). The handler that was there is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 def distribution_version(name: str = "goldilocks") -> str:
     """The installed distribution's version; in a checkout that is not installed, the version
@@ -114,6 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else 2
     try:
         return int(args._run(args) or 0)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated): the outputs are
+        terminated = isinstance(stop, Terminated)  # cleaned up by now
+        checkpoint = getattr(args, "checkpoint", None)
+        after = (f"; run the same command to resume from {checkpoint}" if checkpoint
+                 else "")
+        print(f"goldilocks {args.command}: {'terminated' if terminated else 'interrupted'}"
+              f"{after}", file=sys.stderr)
+        return 143 if terminated else 130
     except UsageError as err:  # found before any work started
         flag = err.option if err.option.startswith("-") else "--" + err.option.replace("_", "-")
         print(f"goldilocks {args.command}: error: argument {flag}: {_one_line(err.reason)}",
@@ -188,17 +225,54 @@ def _positive(text: str) -> int:
     return n
 
 
+def _field(text: str) -> tuple[str, str]:
+    """``--field FIELD=NAME``: a record's field read from the logs' field ``NAME``."""
+    from eventlog import RECORD_FIELDS
+
+    field, eq, name = text.partition("=")
+    field, name = field.strip(), name.strip()
+    if not eq or not name or field not in RECORD_FIELDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}; expected FIELD=NAME, FIELD one of {', '.join(RECORD_FIELDS)} and NAME "
+            "the field of the logs' records that holds it (e.g. start=created)")
+    return field, name
+
+
+def _fields(args: argparse.Namespace) -> dict[str, str] | None:
+    """The ``--field`` options as replay takes them; a field given twice is a usage error."""
+    if not args.field:
+        return None
+    fields: dict[str, str] = {}
+    for field, name in args.field:
+        if field in fields:
+            raise UsageError("--field", f"{field} is given twice ({fields[field]!r} and "
+                             f"{name!r}); expected each field once")
+        fields[field] = name
+    return fields
+
+
 def _configure_replay(p: argparse.ArgumentParser) -> None:
-    from eventlog import BAD_RECORD_MODES, TIME_FORMATS
+    from eventlog import BAD_RECORD_MODES, FORMATS, TIME_FORMATS
     from operators.policies import policy_names
     from engine.times import TIME_UNITS
 
     p.add_argument("logs", nargs="+", metavar="LOG",
-                   help="event-log files, merged by arrival (or by time: --merge time)")
-    p.add_argument("--merge", choices=("arrival", "time"), default="arrival",
-                   help="arrival (default): by the logs' arrival order; time: the next record "
-                        "from the log furthest behind in time (per-device logs without "
-                        "seq/arrival)")
+                   help="event logs: files (compressed too: .gz, .bz2, .xz), directories of "
+                        "parts (as Spark writes them), or - for standard input")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="the logs' format, for names that do not say it (app.log, -): every "
+                        "LOG is read as this (default: from each name's extension; - is "
+                        "jsonl)")
+    p.add_argument("--field", action="append", type=_field, default=None,
+                   metavar="FIELD=NAME",
+                   help="read a record's FIELD from the logs' field NAME, e.g. start=created "
+                        "source=name payload=message for a logging JSON log (repeat for "
+                        "several); a record without a kind is then an insert")
+    p.add_argument("--merge", choices=("auto", "arrival", "time"), default="auto",
+                   help="how several logs are merged: arrival: by their seq/arrival order "
+                        "keys; time: the next record from the log furthest behind in time; "
+                        "auto (default): time when no log carries seq or arrival (one log "
+                        "per device), else arrival. The summary says which ran")
     p.add_argument("--delay", default=None, type=duration, metavar="D",
                    help="CTI delay, with its unit: 5m, 90s, 1h30m, 250ms, 300ns, PT5M, "
                         "'5 minutes' (default: 5m for goldilocks, 0 otherwise)")
@@ -229,6 +303,9 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="draw event time against arrival, the CTI and late events "
                         "(.png, .svg, .pdf, …; needs the plot extra)")
+    p.add_argument("--plot-tz", default=None, metavar="ZONE",
+                   help="with --plot: show event times in this time zone (e.g. Europe/Paris; "
+                        "default UTC)")
     p.add_argument("--no-summary", action="store_true", help="do not print the summary table")
     c = p.add_argument_group("checkpoints", "resume an interrupted replay: run the same command "
                              "again (docs/checkpoint.md)")
@@ -255,6 +332,9 @@ def _configure_replay(p: argparse.ArgumentParser) -> None:
                    help="merged (default): the policy's CTIs over all inputs close every "
                         "window; key: with --key source, each input's own CTIs, through "
                         "its own copy of the policy, close its windows")
+    w.add_argument("--final-cti", action="store_true",
+                   help="the logs are complete: after the last record a CTI at +inf closes "
+                        "every window still open, and its row is written (merged clock)")
     w.add_argument("--idle-after", default=None, type=duration, metavar="D",
                    help="with --clock key: evict an input whose time falls more than D "
                         "behind the most advanced input's clock (its open windows are "
@@ -315,14 +395,18 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
                            key=args.key, delay=args.delay, policy=args.policy,
                            on_late=args.on_late, out=out, late=args.late, bad_records=mode,
                            time_unit=args.time_unit, time_format=args.time_format,
-                           clock=args.clock, idle_after=args.idle_after, **checkpointing)
+                           clock=args.clock, idle_after=args.idle_after, merge=args.merge,
+                           format=args.format, fields=_fields(args),
+                           final_cti=args.final_cti, **checkpointing)
     if not args.no_summary:
         from engine.times import format_duration_ns
         print(f"windows of {format_duration_ns(stats.size)}"
               + (f" every {format_duration_ns(stats.hop)}" if stats.hop != stats.size else "")
               + (" by each input's clock" if args.clock == "key" else "")
               + f" ({stats.path} path): {stats.windows} written, {stats.open} still open at "
-              f"the end, at most {stats.peak_open} open; {stats.records} records, "
+              f"the end" + (" (--final-cti writes them)" if stats.open and args.clock == "merged"
+                            and not args.final_cti else "")
+              + f", at most {stats.peak_open} open; {stats.records} records, "
               f"{stats.inserts} inserts in windows, {stats.late} late "
               f"({stats.policy}, delay {format_duration_ns(stats.delay)}); "
               f"{stats.seconds:.2f}s", file=sys.stderr)
@@ -334,6 +418,11 @@ def _run_windows(args: argparse.Namespace, mode: str) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    with terminated_as_interrupted():  # SIGTERM cleans up as Ctrl-C does
+        return _replay_command(args)
+
+
+def _replay_command(args: argparse.Namespace) -> int:
     from goldilocks.outputs import AtomicOutput, check_outputs
     from goldilocks.replay import replay, resolve
     from goldilocks.resume import DEFAULT_EVERY
@@ -358,6 +447,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         return _run_windows(args, mode)
     for flag, given in (("--hop", args.hop), ("--agg", args.agg), ("--key", args.key),
                         ("--idle-after", args.idle_after),
+                        ("--final-cti", args.final_cti or None),
                         ("--clock", None if args.clock == "merged" else args.clock)):
         if given is not None:
             raise UsageError(flag, "goes with --window D (the window size)")
@@ -377,32 +467,85 @@ def _run_replay(args: argparse.Namespace) -> int:
         checkpointing = {"checkpoint": args.checkpoint,
                          "checkpoint_every": args.checkpoint_every or DEFAULT_EVERY}
     plot_out = plot_format = None
+    if args.plot_tz is not None and not args.plot:
+        raise UsageError("--plot-tz", "goes with --plot FILE")
     if args.plot:
         from goldilocks.plot import plot_format as _format
 
         plot_format = _format(args.plot)  # matplotlib there, and a suffix it writes
+        if args.plot_tz is not None:
+            from goldilocks.plot import time_zone
+
+            time_zone(args.plot_tz)  # a zone that exists, before the work
         plot_out = AtomicOutput(args.plot, "plot")  # writable: checked before the replay
     ok = False
     try:
         stats = replay(args.logs, policy=policy, out=out, late=args.late, speed=args.speed,
                        bad_records=mode, quarantine=args.quarantine, progress=True,
                        plot=plot_out is not None, time_unit=args.time_unit,
-                       time_format=args.time_format, merge=args.merge, **checkpointing)
+                       time_format=args.time_format, merge=args.merge, format=args.format,
+                       fields=_fields(args), **checkpointing)
         if plot_out is not None:
             from goldilocks.plot import plot_replay
 
-            plot_replay(stats, plot_out.file, format=plot_format)
+            plot_replay(stats, plot_out.file, format=plot_format, tz=args.plot_tz)
             plot_out.commit()
         ok = True
     finally:
         if plot_out is not None and not ok:
             plot_out.discard()
+    if args.merge == "time" and len(stats.files) == 1:
+        print(f"goldilocks replay: note: --merge time with one log changes nothing: its "
+              f"records are replayed in the file's order", file=sys.stderr)
     if not args.no_summary:
-        print_summary(stats)
+        print_summary(stats, late=args.late)
     return 0
 
 
-def print_summary(stats, file=None) -> None:
+#: the share of inserts late above which the summary says how the logs were merged
+MOSTLY_LATE = 0.5
+
+
+def _notes(stats: Any, late: Any) -> list[str]:
+    """The lines under the summary table: the files, how they were merged, where the late
+    records went, and a hint when most inserts came out late."""
+    notes = []
+    files = stats.files
+    shown = [f"{f.path} ({f.records} records" + (", empty" if not f.records and not f.skipped
+                                                 else "")
+             + (f", {f.skipped} bad" if f.skipped else "") + ")" for f in files[:8]]
+    more = f" and {len(files) - 8} more" if len(files) > 8 else ""
+    notes.append(f"{len(files)} log{'s' if len(files) != 1 else ''}: {', '.join(shown)}{more}")
+    positions = all(f.order in ("position", None) for f in files)
+    if stats.merge == "time":
+        why = (" (no log carries seq or arrival: each is taken as one device's log; "
+               "--merge arrival reads them by position)" if stats.merge_asked == "auto" else "")
+        notes.append(f"merged by time{why}")
+    elif stats.merge == "arrival" and len(files) > 1:
+        notes.append("merged by position (no log carries seq or arrival)" if positions
+                     else "merged by the logs' arrival order (seq/arrival)")
+    inserts = stats.inserts
+    if inserts and stats.late > MOSTLY_LATE * inserts:
+        share = f"most inserts were late ({stats.late} of {inserts})"
+        if stats.merge == "arrival" and positions:
+            notes.append(f"{share}: the logs were read round-robin by position; if each is "
+                         "one device's log, --merge time merges them by time")
+        elif stats.merge == "file" and positions:
+            notes.append(f"{share}: the records were replayed in the file's order; if it "
+                         "joins several devices' logs one after another, replay them as "
+                         "separate files (merged by time)")
+        else:
+            notes.append(f"{share}: a longer --delay tolerates more skew")
+    if stats.late:
+        if late is None:
+            notes.append(f"the {stats.late} late inserts were counted, not kept: "
+                         "--late FILE keeps them")
+        elif isinstance(late, str) and late != "-":
+            notes.append(f"the {stats.late} late inserts are in {late}")
+    return notes
+
+
+def print_summary(stats, file=None, *, late: Any = None) -> None:
     """The per-input summary table (rich) on stderr.
 
     One row per input and a total row that is the sum of the rows: ``records`` counts every
@@ -429,9 +572,9 @@ def print_summary(stats, file=None) -> None:
             return "+inf" if t > 0 else "-inf"
         return format_rfc3339(t, digits)
 
-    table = Table(title=f"replay: {stats.policy}, delay {format_duration_ns(stats.delay)}, "
-                        f"on late {stats.on_late} ({stats.path} path)",
-                  title_justify="left")
+    title = (f"replay: {stats.policy}, delay {format_duration_ns(stats.delay)}, "
+             f"on late {stats.on_late} ({stats.path} path)")
+    table = Table()
     columns = ("input", "records", "CTIs", "late", "adjusted", "emitted", "CTIs out",
                "last CTI in", "last CTI out")
     for col in columns:
@@ -447,7 +590,10 @@ def print_summary(stats, file=None) -> None:
                   str(stats.ctis_emitted), "", when(stats.final_cti), style="bold")
     out = file or sys.stderr
     console = Console(file=out, width=None if out.isatty() else 160)
+    console.print(title, highlight=False)  # its own line: not padded to the table's width
     console.print(table)
+    for note in _notes(stats, late):
+        console.print(note, highlight=False, soft_wrap=True)
     extra = []
     if stats.skipped:
         extra.append(f"{stats.skipped} bad records skipped")

@@ -178,8 +178,10 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
         if plot:
             is_late = (action == DROP_LATE) | (action == EMIT_ADJUSTED)
             rows_index = np.cumsum(timed) - 1 + timed_before
+            ends = np.where(chunk.has_end, chunk.end, start + 1)
             plot_parts.append((source[timed], start[timed], is_cti[timed], is_late[timed],
-                               rows_index[emit_cti_rows], cti[emit_cti_rows]))
+                               rows_index[emit_cti_rows], cti[emit_cti_rows],
+                               (action == EMIT_ADJUSTED)[timed], ends[timed]))
             timed_before += int(timed.sum())
         if edges:
             out.write(text)
@@ -196,7 +198,8 @@ def run_columnar(pol: Policy, chunks: Iterable[Columns], table: SourceTable, out
     tally.edges = edge_stats(pol, state)
 
     if plot:
-        dtypes = (np.int32, np.int64, np.bool_, np.bool_, np.int64, np.int64)
+        dtypes = (np.int32, np.int64, np.bool_, np.bool_, np.int64, np.int64, np.bool_,
+                  np.int64)
         tally.plot = tuple(np.concatenate([p[k] for p in plot_parts]) if plot_parts
                            else np.zeros(0, dtype) for k, dtype in enumerate(dtypes))
     for name in _Counts.__slots__:

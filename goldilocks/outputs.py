@@ -6,11 +6,13 @@ outputs that are the same file, an output that is a directory or whose directory
 exist are refused with a ``UsageError`` naming the option and the path.
 
 ``AtomicOutput(path, option)`` then creates a hidden temporary file beside the target
-(``.<name>.<random>.tmp``, in the target's own directory, so that the final rename is atomic);
-creating it is the proof that the target can be written, so it is done before any work
-starts. ``commit()`` renames it over the target (``os.replace``): a reader sees the old file
-or the whole new one, never a part. ``discard()`` removes it: a failed or interrupted run
-leaves no file under the final name and no temporary behind. A symbolic link as the target
+(``.<name>.<pid>-<random>.tmp``, in the target's own directory, so that the final rename is
+atomic); creating it is the proof that the target can be written, so it is done before any
+work starts. The temporaries of the same target left by a process that is gone (killed with
+SIGKILL, or a power cut: nothing could remove them) are removed then. ``commit()`` renames
+it over the target (``os.replace``): a reader sees the old file or the whole new one, never
+a part. ``discard()`` removes it: a failed or interrupted run leaves no file under the final
+name and no temporary behind. A symbolic link as the target
 is followed (the link stays, its target is replaced); a target that exists but is not a
 regular file (``/dev/null``, a FIFO) is written in place, since it cannot be replaced.
 
@@ -28,14 +30,16 @@ True
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 from typing import Any, BinaryIO, Iterable, Mapping
 
 from engine.errors import UsageError
+from goldilocks.failpoints import failpoint
 
 __all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path", "Output", "open_sinks",
-           "write_atomic"]
+           "write_atomic", "open_resumed", "durable", "fsync_dir", "remove_stale_temps"]
 
 
 def is_path(target: Any) -> bool:
@@ -61,6 +65,12 @@ def _same(a: tuple[str, os.stat_result | None], b: tuple[str, os.stat_result | N
     return a[1] is not None and b[1] is not None and os.path.samestat(a[1], b[1])
 
 
+def _discarding(ident: tuple[str, os.stat_result | None]) -> bool:
+    """A character device (``/dev/null``): written in place, and by several outputs alike."""
+    info = ident[1]
+    return info is not None and stat.S_ISCHR(info.st_mode)
+
+
 def check_outputs(inputs: Iterable[Any], outputs: Mapping[str, Any]) -> None:
     """Refuse, before anything is opened, outputs that would destroy an input or each other,
     or that cannot be a file: ``outputs`` maps an option name to a path (``None`` and file
@@ -79,7 +89,7 @@ def check_outputs(inputs: Iterable[Any], outputs: Mapping[str, Any]) -> None:
                 raise UsageError(option, f"{path} is the input log {name}{how}; writing it "
                                  "would destroy the input: choose another file")
         for other_option, other_path, other in seen:
-            if _same(ident, other):
+            if _same(ident, other) and not _discarding(ident):
                 raise UsageError(option, f"{path} is also given as {other_option} "
                                  f"({other_path}); give each output its own file")
         seen.append((option, path, ident))
@@ -114,8 +124,9 @@ class AtomicOutput:
                 self.file: BinaryIO = open(target, "wb", buffering=buffering)
                 return
             folder, name = os.path.split(target)
+            _remove_stale(folder, name)
             while True:
-                temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+                temp = os.path.join(folder, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
                 try:  # the mode as for any new file (umask), or the replaced file's
                     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                                  0o666)
@@ -157,6 +168,42 @@ class AtomicOutput:
             except OSError:
                 pass
             self.temp = None
+
+
+def _remove_stale(folder: str, name: str) -> None:
+    """Remove the temporaries of ``name`` in ``folder`` whose process is gone
+    (``.<name>.<pid>-<random>.tmp``; an older ``.<name>.<random>.tmp`` names no process and
+    is taken as gone). A process that still runs keeps its own."""
+    prefix, suffix = f".{name}.", ".tmp"
+    try:
+        entries = os.listdir(folder or ".")
+    except OSError:
+        return
+    for entry in entries:
+        if not (entry.startswith(prefix) and entry.endswith(suffix)):
+            continue
+        tag = entry[len(prefix):-len(suffix)]
+        pid, dash, rest = tag.partition("-")
+        if dash and pid.isdigit() and _alive(int(pid)):
+            continue
+        if not dash and not (len(tag) == 8 and all(c in "0123456789abcdef" for c in tag)):
+            continue  # not one of ours
+        try:
+            os.unlink(os.path.join(folder, entry))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def open_outputs(targets: Mapping[str, Any]) -> dict[str, AtomicOutput]:
@@ -211,16 +258,95 @@ def open_sinks(targets: Mapping[str, Any]) -> list[Output]:
     return [Output(target, atomic.get(option)) for option, target in targets.items()]
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, option: str = "checkpoint") -> None:
+def write_atomic(path: str | os.PathLike, data: bytes, option: str = "checkpoint", *,
+                 failpoints: bool = True) -> None:
     """Replace ``path`` with ``data`` whole (an ``AtomicOutput``), durably: the bytes are
-    ``fsync``-ed before the rename, so a reader — or a run after a crash — finds the old
-    file or the new one, never a part."""
+    ``fsync``-ed before the rename and the directory after it, so a reader — or a run after a
+    crash, or after a power loss — finds the old file or the new one, never a part. The
+    failpoints ``checkpoint.write`` (half the bytes written) and ``checkpoint.rename`` (all
+    written and ``fsync``-ed, not yet renamed) are on this path (``goldilocks.failpoints``),
+    unless ``failpoints`` is False (a file that is not a checkpoint)."""
     out = AtomicOutput(path, option)
     try:
-        out.file.write(data)
+        half = len(data) // 2
+        out.file.write(data[:half])
+        out.file.flush()
+        if failpoints:
+            failpoint("checkpoint.write")  # torn: the old file is still the one in place
+        out.file.write(data[half:])
         out.file.flush()
         os.fsync(out.file.fileno())
+        if failpoints:
+            failpoint("checkpoint.rename")
     except BaseException:
         out.discard()
         raise
     out.commit()
+    fsync_dir(out.target)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """``fsync`` the directory holding ``path``, so that a rename or a removal in it
+    survives a power loss (a file's own ``fsync`` does not cover its name)."""
+    folder = os.path.dirname(os.path.realpath(path)) or "."
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # a file system that cannot open directories (rare): nothing more to do
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def open_resumed(path: str, length: int | None, option: str) -> BinaryIO:
+    """The output file under its fixed name ``path``, to be appended to: created empty
+    (``length`` None: a fresh start), or cut back to ``length`` bytes — what a checkpoint
+    recorded as durable; whatever was written after it, a torn last line included, is
+    dropped (TS §8.3). The caller has checked that the file holds at least ``length``
+    bytes. Errors are ``UsageError(option, …)`` naming the file."""
+    try:
+        if length is None:
+            return open(path, "wb")
+        file = open(path, "r+b")
+        try:
+            file.truncate(length)
+            file.seek(length)
+        except BaseException:
+            file.close()
+            raise
+        return file
+    except OSError as err:
+        raise UsageError(option, f"cannot write {path}: {err.strerror or err}") from err
+
+
+def durable(file: BinaryIO) -> int:
+    """Flush ``file`` and ``fsync`` it; the length written (the position to record in a
+    checkpoint: the bytes up to it survive a crash)."""
+    file.flush()
+    os.fsync(file.fileno())
+    return file.tell()
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files an ``AtomicOutput`` of ``path`` left when its process was
+    killed before the rename (``.<name>.<8 hex digits>.tmp`` beside the target); returns
+    their names. Only for a target that no other process is writing."""
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
+    pattern = re.compile(r"^\." + re.escape(name) + r"\.[0-9a-f]{8}\.tmp$")
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return removed
+    for entry in names:
+        if pattern.match(entry):
+            try:
+                os.unlink(os.path.join(folder, entry))
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed

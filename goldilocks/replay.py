@@ -39,7 +39,7 @@ import numpy as np
 from engine.errors import InputError, UsageError
 from engine.event import ADJUSTED, CTI as CTI_KIND, Event, LateRecord
 from engine.policy import Policy
-from engine.times import DurationLike, format_duration_ns, to_duration_ns
+from engine.times import DurationLike, format_duration_ns, readable_repr, to_duration_ns
 from eventlog import (
     BAD_RECORD_MODES,
     CTI,
@@ -47,12 +47,15 @@ from eventlog import (
     LEAVE,
     MERGES,
     TIME_FORMATS,
+    STDIN,
     BadRecords,
     Columns,
     SourceTable,
     cti_line,
     cti_line_iso,
     encode_late,
+    field_map,
+    log_files,
     merge_columns,
     time_scale,
 )
@@ -121,7 +124,7 @@ class VirtualClock:
         self.now += seconds
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class InputStats:
     """One input (source): inserts and CTIs received (``received``), its ``join``/``leave``
     records (``control``), inserts emitted (adjusted ones included), late (dropped +
@@ -129,7 +132,8 @@ class InputStats:
     output side: the CTIs emitted on its records (``ctis_out``: its CTIs, or its leaving,
     advanced the output's time) and the last of them (``last_cti_out``). Every record of the
     replay is counted in one input's ``records``; the output's CTIs are the sum of
-    ``ctis_out`` and its final CTI the latest ``last_cti_out``."""
+    ``ctis_out`` and its final CTI the latest ``last_cti_out``. Times are int ns; the repr
+    shows them as RFC 3339 text."""
 
     name: str | None
     received: int
@@ -147,6 +151,9 @@ class InputStats:
     def dropped(self) -> int:
         return self.late - self.adjusted
 
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("final_cti", "last_cti_out"))
+
     @property
     def records(self) -> int:
         """Every record of this input: inserts, CTIs, joins and leaves."""
@@ -155,18 +162,22 @@ class InputStats:
 
 @dataclass(frozen=True, slots=True)
 class FileStats:
-    """One log file: its format, the records read from it, the bad records skipped."""
+    """One log file: its format, the records read from it, the bad records skipped, and its
+    order key (``"arrival"``, ``"seq"``, ``"position"`` when it has neither; ``None``: no
+    record was read, or not known after a resumed run)."""
 
     path: str
     format: str
     records: int
     skipped: int
+    order: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class PlotData:
-    """What ``goldilocks.plot`` draws: per record in arrival order its input code and start, and
-    whether it was late; the emitted CTIs with the row after which each was emitted."""
+    """What ``goldilocks.plot`` draws: per record in arrival order its input code, start and
+    end (a point's: start + 1), whether it was late and, of those, adjusted (the others were
+    dropped); the emitted CTIs with the row after which each was emitted."""
 
     names: tuple[str | None, ...]
     source: np.ndarray
@@ -175,11 +186,15 @@ class PlotData:
     late: np.ndarray
     cti_rows: np.ndarray
     cti_values: np.ndarray
+    adjusted: np.ndarray | None = None
+    end: np.ndarray | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ReplayStats:
-    """The result of a replay: per-input and per-file counts, totals, and which path ran."""
+    """The result of a replay: per-input and per-file counts, totals, and which path ran;
+    ``delay`` (a duration) and ``final_cti`` (an instant) are int ns, shown readably by the
+    repr."""
 
     inputs: tuple[InputStats, ...]
     files: tuple[FileStats, ...]
@@ -199,10 +214,23 @@ class ReplayStats:
     plot: PlotData | None = field(default=None, compare=False, repr=False)
     #: the edges' accounting (TS §7.5, §7.6): open at the end, unmatched, moved, ...
     edges: EdgeStats | None = None
+    #: how the logs were merged: ``"arrival"`` (their order keys, TS §5.2), ``"time"``
+    #: (TS §5.8), or ``"file"`` (one log, read in its own order)
+    merge: str = field(default="arrival", compare=False)
+    #: the ``merge`` asked for (``"auto"`` chose ``merge``)
+    merge_asked: str = field(default="auto", compare=False)
+
+    @property
+    def inserts(self) -> int:
+        """The inserts (and edges) read, over every input."""
+        return sum(s.inserts for s in self.inputs)
 
     @property
     def events_per_second(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else float("inf")
+
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("final_cti",), durations=("delay",))
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -275,7 +303,7 @@ class _Progress:
             return
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-        total = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
+        total = sum(os.path.getsize(p) for p in paths if p != STDIN and os.path.exists(p))
         self.bar = Progress("replay", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                             transient=True)
         self.task = self.bar.add_task("replay", total=total)
@@ -300,14 +328,21 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
            bad_records: str = "fail", quarantine: str | os.PathLike | BinaryIO | None = None,
            clock: Clock | None = None, progress: bool = False, plot: bool = False,
            columnar: bool | None = None, time_unit: str | None = None,
-           time_format: str = "ns", merge: str = "arrival",
+           time_format: str = "ns", merge: str = "auto",
            checkpoint: str | os.PathLike | None = None, checkpoint_every: int = DEFAULT_EVERY,
-           on_checkpoint: Callable[[bytes], None] | None = None) -> ReplayStats:
+           on_checkpoint: Callable[[bytes], None] | None = None, format: str | None = None,
+           fields: dict[str, str] | None = None) -> ReplayStats:
     """Replay event logs through a policy; write the output and late records; return stats.
 
-    ``paths``: JSON Lines, CSV or Parquet logs, merged by ``(order key, file index, line)``
-    (TS §5.2). ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``, ``"PT5M"``, a
-    ``timedelta``, a number of seconds, ``Nanoseconds``); ``None`` means 5
+    ``paths``: JSON Lines, CSV or Parquet logs (a path, or a list), merged by ``(order key,
+    file index, line)`` (TS §5.2): a directory is its log files by name (a directory of
+    parts, as Spark writes them), ``"-"`` standard input, and a log may be compressed
+    (``.gz``, ``.bz2``, ``.xz``). ``format``: the logs' format when their names do not say
+    it (``"jsonl"``, ``"csv"``, ``"parquet"``: every log is read so). ``fields``: the names
+    the logs give a record's fields, ``{"start": "created", "source": "name", "payload":
+    "message"}`` (a record without a kind is then an insert), so a log written by another
+    tool is read as it is. ``delay``: a duration (``engine.times.DurationLike``: ``"5m"``,
+    ``"PT5M"``, a ``timedelta``, a number of seconds, ``Nanoseconds``); ``None`` means 5
     minutes for goldilocks and 0 for the others. ``policy``: a registered name
     (``goldilocks``, ``min``, ``max``) or a policy object. ``out``/``late``: a path, a binary
     file, or ``None`` to discard (late records are counted either way). ``speed``: ``None`` or
@@ -320,9 +355,11 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     ``"ns"``; ``None`` takes nanoseconds and refuses integers implausible as such
     (``docs/event-log.md``). ``time_format``: ``"ns"`` writes integer nanoseconds (the
     canonical log), ``"iso"`` RFC 3339 UTC text; either replays back to the same events.
-    ``merge``: ``"arrival"`` (the default: the logs' order keys, TS §5.2) or ``"time"``: the
-    next record comes from the log furthest behind in time (TS §5.8), for per-device logs
-    recorded without ``seq``/``arrival``.
+    ``merge``: ``"arrival"``: the logs' order keys (TS §5.2); ``"time"``: the next record
+    comes from the log furthest behind in time (TS §5.8), for per-device logs recorded
+    without ``seq``/``arrival``; ``"auto"`` (the default): ``"time"`` when there are several
+    logs and none carries ``seq`` or ``arrival`` (their positions say nothing about one
+    another), else ``"arrival"``. ``ReplayStats.merge`` says which ran.
 
     ``checkpoint``: a file that makes the replay resumable (TS §8.3,
     ``goldilocks.resume``): every ``checkpoint_every`` records the outputs (files, or
@@ -342,9 +379,10 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     per-record columns the picture draws: about 20 bytes per record).
     """
     began = time.perf_counter()
-    path_list = [os.fspath(p) for p in paths]
+    path_list = log_files(paths, format=format)  # a directory's parts; each one readable
     if not path_list:
         raise InputError("replay: no event logs given; expected at least one path")
+    fields = field_map(fields)
     pol = with_edges(resolve(policy, delay, on_late))  # TS §7: a log may hold edges
     factor = _speed(speed)
     check_time_options(time_unit, time_format)
@@ -365,27 +403,28 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     elif columnar and factor is not None:
         raise InputError("pacing (speed) needs the element path")
 
-    check_outputs(path_list, {"out": out, "late": late, "quarantine": quarantine,
-                              "checkpoint": checkpoint})
-    for p in path_list:  # before an output is created
-        if not os.path.exists(p):
-            raise InputError(f"{p}: no such file")
+    check_outputs([p for p in path_list if p != STDIN],
+                  {"out": out, "late": late, "quarantine": quarantine, "checkpoint": checkpoint})
     table = SourceTable()
     ck: ReplayCheckpoint | None = None
     if checkpoint is not None:
         for option, given in (("speed", factor is not None), ("plot", plot),
-                              ("quarantine", quarantine is not None)):
+                              ("quarantine", quarantine is not None),
+                              ("checkpoint", STDIN in path_list)):
             if given:
-                raise UsageError(option, "is not available with a checkpoint")
+                raise UsageError(option, "standard input cannot be read again to resume: "
+                                 "give the log as a file" if option == "checkpoint" else
+                                 "is not available with a checkpoint")
         ck = ReplayCheckpoint.open(
             checkpoint, checkpoint_every, path_list, pol,
             {"time_unit": time_unit, "time_format": time_format, "merge": merge,
-             "bad_records": bad_records}, {"out": out, "late": late}, table.names,
-            on_checkpoint)
+             "bad_records": bad_records, **({"format": format} if format else {}),
+             **({"fields": fields} if fields else {})},
+            {"out": out, "late": late}, table.names, on_checkpoint)
         if ck.complete is not None:  # a run that completed but did not finish: finish it
             ck.finish_complete()
             return _stats(ck.complete, path_list, ck.skipped, pol, columnar, bad_records,
-                          began)
+                          began, merge=_merged([], merge, path_list), merge_asked=merge)
         quarantine_out = Output(None)
         out_sink, late_sink = ck.sinks()
     else:
@@ -394,13 +433,15 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
     bad = BadRecords(bad_records, quarantine_out.file)
     iso = time_format == "iso"
     modes: list[Any] = []
+    chosen: list[str] = []
     chunks = None
     bar = None
     ok = False
     try:
         bar = _Progress(path_list, progress)
         chunks = ahead(merge_columns(path_list, table=table, bad=bad, on_bytes=bar.advance,
-                                     modes=modes, time_unit=time_unit, merge=merge))
+                                     modes=modes, time_unit=time_unit, merge=merge,
+                                     chosen=chosen, format=format, fields=fields))
         stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
         resume, after = (None, None) if ck is None else (ck.resume, ck.after)
         if columnar:
@@ -430,14 +471,24 @@ def replay(paths: Iterable[str | os.PathLike], *, delay: DurationLike | None = N
             raise failed
     if ck is not None:
         ck.remove()  # TS §8.3: the outputs are in place; nothing is left to resume
-    return _stats(tally, path_list, bad.skipped, pol, columnar, bad.mode, began)
+    return _stats(tally, path_list, bad.skipped, pol, columnar, bad.mode, began,
+                  merge=_merged(chosen, merge, path_list),
+                  orders=[m.mode for m in modes], merge_asked=merge)
+
+
+def _merged(chosen: list[str], merge: str, path_list: list[str]) -> str:
+    """The merge that ran (``merge_columns`` says it), or the one asked for."""
+    if chosen:
+        return chosen[0]
+    return "file" if len(path_list) == 1 else ("arrival" if merge == "auto" else merge)
 
 
 def _stats(tally: Tally, path_list: list[str], skipped_by: dict[str, int], pol: Policy,
-           columnar: bool, mode: str, began: float) -> ReplayStats:
+           columnar: bool, mode: str, began: float, *, merge: str = "arrival",
+           orders: Sequence[str | None] = (), merge_asked: str = "auto") -> ReplayStats:
     files = tuple(
         FileStats(p, os.path.splitext(p)[1].lstrip(".").lower(), tally.per_file.get(i, 0),
-                  skipped_by.get(p, 0))
+                  skipped_by.get(p, 0), orders[i] if i < len(orders) else None)
         for i, p in enumerate(path_list))
     skipped = sum(skipped_by.values())
     return ReplayStats(
@@ -448,7 +499,7 @@ def _stats(tally: Tally, path_list: list[str], skipped_by: dict[str, int], pol: 
         quarantined=skipped if mode == "quarantine" else 0, final_cti=tally.final,
         seconds=time.perf_counter() - began,
         plot=None if tally.plot is None else PlotData(tuple(tally.names), *tally.plot),
-        edges=tally.edges)
+        edges=tally.edges, merge=merge, merge_asked=merge_asked)
 
 
 def _inputs(t: Tally) -> tuple[InputStats, ...]:
@@ -497,7 +548,7 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
     n_ctis = n_emitted = n_late = n_adjusted = 0
     final = None
     records = 0
-    plot_rows: list[tuple[int, int, bool, bool]] = []
+    plot_rows: list[tuple[int, int, bool, int, int]] = []  # source, start, cti, late, end
     plot_ctis: list[tuple[int, int]] = []
     if resume is not None:
         state, was = resume
@@ -570,7 +621,7 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
                 inserts[i] += 1
                 state, outs = step(state, row_event(k, st, en, he, pl, name, id_))
             if plot and timed(k):
-                plot_rows.append((s, st, k == CTI, False))
+                plot_rows.append((s, st, k == CTI, 0, en if he else st + 1))
             for o in outs:
                 if isinstance(o, LateRecord):
                     late[i] += 1
@@ -580,8 +631,9 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
                         n_adjusted += 1
                     if late_on:
                         lbuf.append(encode_late(o, time_format))
-                    if plot:
-                        plot_rows[-1] = (*plot_rows[-1][:3], True)
+                    if plot:  # 1: dropped, 2: adjusted
+                        row = plot_rows[-1]
+                        plot_rows[-1] = (*row[:3], 2 if o.action == ADJUSTED else 1, row[4])
                 elif o.kind == CTI_KIND:
                     buf.append(encode_cti(o.start))
                     n_ctis += 1
@@ -602,10 +654,10 @@ def _run_elements(pol: Policy, chunks: Iterable[Columns], table: SourceTable, ou
     write_late(text)
     drawn = None
     if plot:
-        rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 4)
+        rows = np.array(plot_rows, dtype=np.int64).reshape(-1, 5)
         cr = np.array(plot_ctis, dtype=np.int64).reshape(-1, 2)
         drawn = (rows[:, 0].astype(np.int32), rows[:, 1], rows[:, 2].astype(bool),
-                 rows[:, 3].astype(bool), cr[:, 0], cr[:, 1])
+                 rows[:, 3] > 0, cr[:, 0], cr[:, 1], rows[:, 3] == 2, rows[:, 4])
     return Tally(names, received, inserts, ctis, emitted, late, adjusted, control, ctis_out,
                  last_cti, last_out, per_file, records, n_emitted, n_ctis, n_late, n_adjusted,
                  final, drawn, edge_stats(pol, state))

@@ -40,7 +40,7 @@ from engine.policy import Policy
 from eventlog import Columns
 from eventlog.columns import Payloads, RawLines
 from goldilocks.columnar import Tally
-from goldilocks.outputs import AtomicOutput, Output, write_atomic
+from goldilocks.outputs import AtomicOutput, Output, durable, open_resumed, write_atomic
 from operators.checkpoint import (CheckpointError, check_policy, decode_state, describe_policy,
                                   encode_state, field, pack, unpack)
 from operators.edges import EdgeStats
@@ -76,8 +76,8 @@ def _digest(path: str) -> list[Any]:
 
 class _Partial(AtomicOutput):
     """An output under its fixed partial name, started afresh (``length`` None) or cut back
-    to ``length``; ``commit`` renames it into place, ``discard`` only closes it (it is kept
-    for the next run)."""
+    to ``length`` (``open_resumed``); ``commit`` renames it into place, ``discard`` only
+    closes it (it is kept for the next run)."""
 
     def __init__(self, path: str, option: str, length: int | None) -> None:
         self.path = path
@@ -88,16 +88,7 @@ class _Partial(AtomicOutput):
             raise UsageError(option, f"{path} is not a regular file; a checkpointed replay "
                              "writes regular files (it renames them into place)")
         self.temp: str | None = partial_path(path)
-        try:
-            if length is None:
-                self.file = open(self.temp, "wb")
-            else:
-                self.file = open(self.temp, "r+b")
-                self.file.truncate(length)
-                self.file.seek(length)
-        except OSError as err:
-            raise UsageError(option, f"cannot write {self.temp}: "
-                             f"{err.strerror or err}") from err
+        self.file = open_resumed(self.temp, length, option)
 
     def discard(self) -> None:
         try:
@@ -107,9 +98,7 @@ class _Partial(AtomicOutput):
 
     def durable(self) -> int:
         """Flush and ``fsync``; the length written."""
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        return self.file.tell()
+        return durable(self.file)
 
 
 def rows(chunk: Columns, a: int, b: int) -> Columns:
@@ -207,6 +196,7 @@ class ReplayCheckpoint:
                 raise UsageError(option, "a checkpointed replay writes its outputs to files "
                                  "(it resumes them); give a file name")
         path = os.fspath(path)
+        AtomicOutput(path, "checkpoint").discard()  # writable: found now, not after the work
         made = {"logs": [[os.path.abspath(p), *_digest(p)] for p in paths],
                 "policy": describe_policy(pol), "options": options,
                 "outputs": {k: os.path.realpath(os.fspath(v))

@@ -45,9 +45,9 @@ import orjson
 from engine.errors import InputError, UsageError
 from engine.event import CTI as CTI_KIND, Event, LateRecord
 from engine.policy import CTI_EMIT, DROP_LATE, EMIT, EMIT_ADJUSTED, Policy
-from engine.times import DurationLike, to_duration_ns
-from eventlog import (CTI, INSERT, JOIN, LEAVE, BadRecords, Columns, SourceTable, encode_late,
-                      iso_time, merge_columns)
+from engine.times import MAX_TIME, DurationLike, readable_repr, to_duration_ns
+from eventlog import (CTI, INSERT, JOIN, LEAVE, STDIN, BadRecords, Columns, SourceTable,
+                      encode_late, field_map, iso_time, log_files, merge_columns)
 from eventlog.format import END, START, timed as timed_kind
 from goldilocks.ahead import ahead
 from goldilocks.edge_rows import finish_lines, row_event, step_chunk
@@ -106,7 +106,7 @@ After = Callable[[Any, Callable[[], _Cut]], None]
 MakeCut = Callable[[tuple, Any], _Cut]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class WindowReplayStats:
     """What a windowed replay did: ``records`` read, ``inserts`` folded into windows,
     ``late`` (the policy's late inserts; ``window_late``: inserts that found their window
@@ -136,6 +136,9 @@ class WindowReplayStats:
     #: payload fields that were seen (at most 32, sorted) to say what was meant
     missing_fields: tuple[str, ...] = ()
     payload_fields: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("final_cti",), durations=("delay", "size", "hop"))
 
     @property
     def events_per_second(self) -> float:
@@ -190,16 +193,31 @@ class _Keys:
                 lut[code + 1] = self.found.add(names[code])
             return np.where(is_insert, lut[source + 1], -1).astype(np.int32)
         payload = list(chunk.payload)
-        for r in np.flatnonzero(is_insert).tolist():
+        rows = np.flatnonzero(is_insert).tolist()
+        for r in rows:
             p = payload[r]
             k = p.get(self.key) if p.__class__ is dict else None
             if not isinstance(k, str):
                 raise InputError(
                     f"{self.paths[int(chunk.file[r])]}:{int(chunk.line[r])}: field 'payload': "
                     f"the window key {self.key!r} is {'missing' if k is None else repr(k)}; "
-                    "expected a string")
+                    f"expected a string. {self._without(chunk, payload, rows)}")
             out[r] = self.found.add(k)
         return out
+
+    def _without(self, chunk: Columns, payload: list, rows: list[int]) -> str:
+        """Which inputs' inserts, and how many, lack the key in this block of the logs."""
+        lacking: dict[str, int] = {}
+        for r in rows:
+            p = payload[r]
+            if not isinstance(p.get(self.key) if p.__class__ is dict else None, str):
+                name = self.table.name(int(chunk.source[r])) or "(no source)"
+                lacking[name] = lacking.get(name, 0) + 1
+        shown = ", ".join(f"{name} {n}" for name, n in sorted(lacking.items())[:8])
+        more = f" and {len(lacking) - 8} more" if len(lacking) > 8 else ""
+        return (f"{sum(lacking.values())} of the {len(rows)} inserts read so far lack it "
+                f"(by input: {shown}{more}); a window key must be in every insert: key by an "
+                "input (--key source), or give every record the field")
 
 
 def _values(folds: Sequence[Fold], chunk: Columns) -> list[np.ndarray]:
@@ -271,7 +289,9 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
                    checkpoint: str | os.PathLike | None = None,
                    checkpoint_every: int = DEFAULT_EVERY,
                    on_checkpoint: Callable[[bytes], None] | None = None,
-                   ) -> WindowReplayStats:
+                   merge: str = "auto", format: str | None = None,
+                   fields: dict[str, str] | None = None,
+                   final_cti: bool = False) -> WindowReplayStats:
     """Replay logs through ``policy`` and write one row per window closed by its CTIs.
 
     ``window``: the window size (a duration, ``engine.times.DurationLike``: ``"1m"``);
@@ -285,8 +305,14 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     gets the inserts that found their window closed; ``idle_after`` evicts idle inputs, TS
     §6.4, on the element path). ``checkpoint``, ``checkpoint_every``, ``on_checkpoint``: a
     resumable run, as ``goldilocks.replay.replay``'s (TS §8.3; the windows' state is in the
-    checkpoint). Other options as ``goldilocks.replay.replay``. Memory: one chunk per file
-    plus the open windows (at most ``max_open``).
+    checkpoint). ``merge``: how several logs are merged, as ``goldilocks.replay.replay``'s
+    (``"auto"``, ``"arrival"``, ``"time"``); ``format``, ``fields``: what the logs are and
+    what they name a record's fields, as ``replay``'s. ``final_cti``: the logs are complete —
+    after the last record a CTI at +inf closes every window still open, and its row is
+    written (the merged clock only; per-key clocks end as their inputs' CTIs leave them).
+    Other options as
+    ``goldilocks.replay.replay``.
+    Memory: one chunk per file plus the open windows (at most ``max_open``).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -300,9 +326,10 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     '{"start":0,"end":10,"count":2,"mean_t":1.5}\\n'
     """
     began = time.perf_counter()
-    path_list = [os.fspath(p) for p in paths]
+    path_list = log_files(paths, format=format)  # a directory's parts; each one readable
     if not path_list:
         raise InputError("replay: no event logs given; expected at least one path")
+    names = field_map(fields)
     pol = with_edges(resolve(policy, delay, on_late))  # TS §7: a log may hold edges
     spec = (tumbling_spec(window) if hop is None else hopping_spec(window, hop))
     folds = tuple(parse_fold(a) for a in aggregates)
@@ -316,6 +343,9 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
                          "names its input, never a payload field")
     if idle_after is not None and not per_key:
         raise UsageError("idle_after", "goes with per-key clocks (clock='key')")
+    if final_cti and per_key:
+        raise UsageError("final_cti", "closes the windows of the merged clock; with per-key "
+                         "clocks (clock='key') each input's own CTIs close its windows")
     can_columns = (columnar_ok(pol) and all(f.kind is not None for f in folds)
                    and idle_after is None)
     if columnar is None:
@@ -323,13 +353,14 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
     elif columnar and not can_columns:
         raise InputError("windows: the columnar path needs a policy with a columnar form, "
                          "built-in aggregates and no idle_after; use the element path")
-    check_outputs(path_list, {"out": out, "late": late, "checkpoint": checkpoint})
-    for p in path_list:
-        if not os.path.exists(p):
-            raise InputError(f"{p}: no such file")
+    check_outputs([p for p in path_list if p != STDIN],
+                  {"out": out, "late": late, "checkpoint": checkpoint})
+    if checkpoint is not None and STDIN in path_list:
+        raise UsageError("checkpoint", "standard input cannot be read again to resume: give "
+                         "the log as a file")
     table = SourceTable()
     keys = _Keys(key, path_list, table)
-    fields = _Fields(folds)
+    agg_fields = _Fields(folds)
     path = COLUMNAR if columnar else ELEMENT
     ck: ReplayCheckpoint | None = None
     if checkpoint is not None:
@@ -340,6 +371,9 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
              "aggregates": [f.label for f in folds], "key": key, "clock": clock,
              "idle_after": (None if idle_after is None
                             else to_duration_ns(idle_after, what="idle_after")),
+             "merge": merge, **({"format": format} if format else {}),
+             **({"fields": names} if names else {}),
+             **({"final_cti": True} if final_cti else {}),
              "max_open": max_open, "path": path},
             {"out": out, "late": late}, table.names, on_checkpoint, kind=KIND,
             counts=(_encode_cut, _decode_cut))
@@ -351,7 +385,7 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
         out_sink, late_sink = ck.sinks()
         if ck.resume is not None:
             was: Any = ck.resume[1]
-            fields.missing, fields.seen = set(was.missing), set(was.seen)
+            agg_fields.missing, agg_fields.seen = set(was.missing), set(was.seen)
     else:
         out_sink, late_sink = open_sinks({"out": out, "late": late})
     bad = BadRecords(bad_records, None)
@@ -361,18 +395,20 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
         run = (_run_key_clock_columns if columnar
                else partial(_run_key_clocks, idle_after=idle_after))
     else:
-        run = _run_columns if columnar else _run_elements
+        run = partial(_run_columns if columnar else _run_elements, final_cti=final_cti)
 
     def cut(counts: tuple, windows: Any) -> _Cut:
-        return _Cut(table.names, counts, windows, tuple(sorted(fields.missing)),
-                    tuple(sorted(fields.seen)))
+        return _Cut(table.names, counts, windows, tuple(sorted(agg_fields.missing)),
+                    tuple(sorted(agg_fields.seen)))
 
     chunks = None
     ok = False
     try:
-        chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit))
+        chunks = ahead(merge_columns(path_list, table=table, bad=bad, time_unit=time_unit,
+                                     merge=merge, format=format, fields=names))
         stream: Iterable[Columns] = chunks if ck is None else ck.cut(chunks)
-        counts = run(pol, spec, folds, key is not None, max_open, fields.watch(stream), table,
+        counts = run(pol, spec, folds, key is not None, max_open, agg_fields.watch(stream),
+                     table,
                      keys, out_sink, late_sink, iso, time_format,
                      resume=None if ck is None else ck.resume,
                      after=None if ck is None else ck.after,  # type: ignore[arg-type]
@@ -393,8 +429,8 @@ def replay_windows(paths: Iterable[str | os.PathLike], *, window: DurationLike,
             raise failed
     if ck is not None:
         ck.remove()  # TS §8.3: the outputs are in place; nothing is left to resume
-    return _window_stats(path, pol, spec, key, folds, counts, began, fields.missing,
-                         fields.seen)
+    return _window_stats(path, pol, spec, key, folds, counts, began, agg_fields.missing,
+                         agg_fields.seen)
 
 
 def _window_stats(path: str, pol: Policy, spec: WindowSpec, key: str | None,
@@ -447,7 +483,7 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
                  max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
                  out: Any, late_out: Any, iso: bool, time_format: str, *,
                  resume: tuple[Any, Any] | None = None, after: After | None = None,
-                 cut: MakeCut | None = None) -> tuple:
+                 cut: MakeCut | None = None, final_cti: bool = False) -> tuple:
     kernel = WindowColumns(spec, folds, keyed, max_open=max_open)
     run = pol.run_columns  # type: ignore[attr-defined]
     state = None
@@ -501,6 +537,12 @@ def _run_columns(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: bo
         if after is not None:
             after(pol.initial() if state is None else state, now)
     late_out.write(finish_lines(pol, pol.initial() if state is None else state, iso)[1])
+    if final_cti:  # the logs are complete: a CTI at +inf closes every window still open
+        closed = kernel.run(np.ones(1, np.bool_), np.full(1, MAX_TIME, np.int64),
+                            np.full(1, -1, np.int32), [np.zeros(1) for _ in folds], keys.names)
+        out.write(_rows(closed.end.tolist(), closed.key.tolist(), closed.count.tolist(),
+                        [(v.tolist(), has.tolist()) for v, has in closed.values], folds,
+                        spec.size, keyed, keys.names, iso))
     return (records, kernel.inserts, n_late, kernel.late, kernel.emitted, kernel.open,
             kernel.peak, final)
 
@@ -647,7 +689,7 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
                   max_open: int, chunks: Iterable[Columns], table: SourceTable, keys: _Keys,
                   out: Any, late_out: Any, iso: bool, time_format: str, *,
                   resume: tuple[Any, Any] | None = None, after: After | None = None,
-                  cut: MakeCut | None = None) -> tuple:
+                  cut: MakeCut | None = None, final_cti: bool = False) -> tuple:
     windows = Windows(spec, folds, key=_key_function(keys.key), max_open=max_open)
     step, join, leave = pol.step, pol.join, pol.leave
     state = pol.initial()
@@ -694,5 +736,10 @@ def _run_elements(pol: Policy, spec: WindowSpec, folds: Sequence[Fold], keyed: b
         if after is not None:
             after(state, now)
     late_out.write(finish_lines(pol, state, iso)[1])  # TS §7.5: the edges never closed
+    if final_cti:  # the logs are complete: a CTI at +inf closes every window still open
+        buf = []
+        _window_step(windows, Event(CTI_KIND, MAX_TIME, None, None, None), buf, None, keyed,
+                     iso, time_format)
+        out.write(b"".join(buf))
     st_ = windows.stats()
     return (records, st_.inserts, n_late, st_.late, st_.emitted, st_.open, st_.peak_open, final)

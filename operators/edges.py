@@ -37,8 +37,8 @@ without edges on the columnar path (TS §7.7).
 >>> s, out = p.step(s, Event.start_edge(5, "door", source="A"))
 >>> s, out = p.step(s, Event.cti(20, source="A"))          # the CTI in force is now 18
 >>> s, out = p.step(s, Event.end_edge(5, 9, "door", source="A"))  # ends before it: moved
->>> out[0], out[1].action, out[1].reason
-(Event.end_edge(5, 18, id='door', source='A'), 'adjusted', 'end_edge')
+>>> (out[0].kind, out[0].start, out[0].end, out[0].id), out[1].action, out[1].reason
+(('end', 5, 18, 'door'), 'adjusted', 'end_edge')
 """
 
 from __future__ import annotations

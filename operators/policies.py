@@ -23,12 +23,12 @@ comparisons and returns the state it was given); O(k) for a CTI, join or leave u
 
 >>> p = goldilocks("5m")
 >>> s = p.initial()
->>> s, out = p.step(s, Event.cti(8 * 60 * 10**9, source="A"))
+>>> s, out = p.step(s, Event.cti("2026-11-22T08:08:00Z", source="A"))
 >>> out
-(Event.cti(180000000000),)
->>> s, out = p.step(s, Event.point(60 * 10**9, source="B"))
->>> out[0].action, out[0].cti
-('dropped', 180000000000)
+(Event.cti('2026-11-22T08:03:00Z'),)
+>>> s, out = p.step(s, Event.point("2026-11-22T08:01:00Z", source="B"))
+>>> out[0].action, format_instant(out[0].cti)
+('dropped', '2026-11-22T08:03:00Z')
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ import numpy as np
 from engine.errors import InputError
 from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
 from engine.policy import LateEntry, Policy
-from engine.times import MIN_TIME, DurationLike, Nanoseconds, format_duration_ns, to_duration_ns
+from engine.times import (MIN_TIME, DurationLike, Nanoseconds, format_duration_ns, format_instant,
+                          to_duration_ns)
 from operators.columnar import goldilocks_columns
 from operators.lateness import (ON_LATE, PolicyBase, check_on_late as _check_on_late,
                                 late_outputs as _late)

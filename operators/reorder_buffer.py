@@ -20,12 +20,16 @@ stops requesting upstream, and retries after the next ``release`` (or ``take_lat
 room. A CTI is never refused.
 
 >>> buf = ReorderBuffer(capacity=8)
->>> [buf.push(Event.point(t)) for t in (7, 3, 5)]
+>>> [buf.push(Event.point(t)) for t in (7, 3, 5)]     # times in nanoseconds
 [True, True, True]
->>> buf.release(6)
-([Event.point(3), Event.point(5), Event.cti(6)], [])
->>> buf.push(Event.point(2)), buf.release(10)
-(True, ([Event.point(7), Event.cti(10)], [Event.point(2)]))
+>>> out, late = buf.release(6)
+>>> [(e.kind, e.start) for e in out], late
+([('point', 3), ('point', 5), ('cti', 6)], [])
+>>> buf.push(Event.point(2))
+True
+>>> out, late = buf.release(10)
+>>> [(e.kind, e.start) for e in out], [e.start for e in late]
+([('point', 7), ('cti', 10)], [2])
 """
 
 from __future__ import annotations

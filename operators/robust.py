@@ -31,8 +31,8 @@ live. Memory: O(k).
 >>> out
 ()
 >>> s, out = p.step(s, Event.cti(10, source="A"))
->>> out
-(Event.cti(10),)
+>>> [(e.kind, e.start) for e in out]
+[('cti', 10)]
 >>> sorted(p.ahead(s))
 ['runaway']
 """

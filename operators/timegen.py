@@ -21,8 +21,8 @@ One ``AdvanceTime`` holds the state of one subscription: build a fresh one per s
 Time O(1) per event, memory O(1).
 
 >>> gen = AdvanceTime(every_events=2, delay="2ns")
->>> [gen.step(Event.point(t)) for t in (5, 3)]
-[(Event.point(5),), (Event.point(3), Event.cti(3))]
+>>> [[(e.kind, e.start) for e in gen.step(Event.point(t))] for t in (5, 3)]
+[[('point', 5)], [('point', 3), ('cti', 3)]]
 >>> gen.step(Event.point(1))[0].action
 'dropped'
 """
@@ -33,21 +33,28 @@ from dataclasses import dataclass
 
 from engine.errors import InputError
 from engine.event import ADJUSTED, CTI, DROPPED, Event, LateRecord
-from engine.times import MAX_TIME, MIN_TIME, DurationLike, format_duration_ns, to_duration_ns
+from engine.times import (MAX_TIME, MIN_TIME, DurationLike, format_duration_ns, readable_repr,
+                          to_duration_ns)
 
 __all__ = ["AdvanceTime", "AdvanceStats"]
 
 _NONE: tuple = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class AdvanceStats:
-    """An ``AdvanceTime``'s state, for ``stats()``."""
+    """An ``AdvanceTime``'s state, for ``stats()``: ``max_start``, the largest insert start
+    seen, and ``last_cti``, the last CTI passed on (generated or from upstream) — instants,
+    ``None`` before the first; ``since_cti``: inserts since the last generated CTI (fewer
+    than ``every_events``); ``generated``: CTIs generated in all."""
 
-    max_start: int | None      # the largest insert start seen
-    last_cti: int | None       # the last CTI passed on (generated or from upstream)
-    since_cti: int             # inserts since the last generated CTI (< every_events)
-    generated: int             # CTIs generated in all
+    max_start: int | None
+    last_cti: int | None
+    since_cti: int
+    generated: int
+
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("max_start", "last_cti"))
 
 
 class AdvanceTime:

@@ -38,8 +38,8 @@ per window closed.
 >>> [w.step(e) for e in (Event.point(3), Event.point(7))]
 [(), ()]
 >>> out = w.step(Event.cti(10))
->>> out[0].payload, out[1]
-(WindowResult(start=0, end=10, key=None, count=2, values={'count': 2}), Event.cti(10))
+>>> (r := out[0].payload).start, r.end, r.count, r.values, out[1].start
+(0, 10, 2, {'count': 2}, 10)
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from engine.errors import InputError
 from engine.event import CTI, END, POINT, Event, LateRecord
 from engine.policy import Policy
 from engine.times import (MAX_TIME, DurationLike, format_duration_ns, format_instant,
-                          to_duration_ns)
+                          readable_repr, to_duration_ns)
 
 from operators.checkpoint import (CheckpointError, check_policy, decode_state,
                                   describe_policy, encode_state)
@@ -275,16 +275,20 @@ def _one(event: Event) -> int:
 
 # -- results and stats ------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class WindowResult:
-    """A closed window: ``[start, end)``, its ``key`` (``None`` unkeyed), the inserts folded
-    into it (``count``), and each fold's result by label (``values``)."""
+    """A closed window: ``[start, end)`` (instants, int ns; the repr shows RFC 3339 text),
+    its ``key`` (``None`` unkeyed), the inserts folded into it (``count``), and each fold's
+    result by label (``values``)."""
 
     start: int
     end: int
     key: Any
     count: int
     values: dict[str, Any]
+
+    def __repr__(self) -> str:
+        return readable_repr(self, instants=("start", "end"))
 
 
 @dataclass(frozen=True, slots=True)

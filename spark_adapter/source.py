@@ -198,9 +198,11 @@ def read_file_batches(log: LogPath, index: int, part: int | None, options: dict,
     import pyarrow as pa
 
     from eventlog import JOIN, KIND_NAMES, LEAVE, SourceTable, read_columns
-    from eventlog.format import END, START
+    from eventlog.format import END, START, timed
 
     schema = _arrow_schema()
+    by_time = options.get("merge") == "time"  # a whole file (``plan_splits`` keeps it so)
+    high = np.iinfo(np.int64).min
     table = SourceTable()
     time_unit = options.get("time_unit")
     path = log.uri
@@ -223,6 +225,10 @@ def read_file_batches(log: LogPath, index: int, part: int | None, options: dict,
             key = chunk.key
             if part is not None:
                 order_key = (np.int64(part) << np.int64(_PART_SHIFT)) + chunk.line
+            elif by_time:  # TS §5.8: the latest time the file has shown up to the row
+                shown = np.where(timed(chunk.kind), chunk.start, high)
+                order_key = np.maximum.accumulate(np.maximum(shown, high))
+                high = int(order_key[-1])
             else:
                 order_key = key
             if chunk.ids is None:
@@ -317,8 +323,12 @@ class EventLogReader(DataSourceReader):
     def partitions(self) -> list[FilePartition]:
         if "splits" in self.options:  # planned by read_event_log on the driver
             return [FilePartition.from_list(v) for v in json.loads(self.options["splits"])]
+        merge = self.options.get("merge", "arrival")
+        if merge == "auto":  # decided where the files are listed: read() sees the options only
+            raise InputError("goldilocks source: option merge='auto' is read_event_log's; "
+                             "expected 'arrival' or 'time' (or use read_event_log)")
         return plan_splits(self._files(), int(self.options.get("split_bytes", "0")),
-                           self.options.get("time_unit"))
+                           self.options.get("time_unit"), merge)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, FilePartition)  # ours: made by partitions() above
@@ -387,20 +397,32 @@ class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # -- planning a batch read -------------------------------------------------------------------
 
-def plan_splits(files: list[LogPath], split_bytes: int, time_unit: str | None = None
+def plan_splits(files: list[LogPath], split_bytes: int, time_unit: str | None = None,
+                merge: str = "arrival", chosen: list[str] | None = None,
                 ) -> list[FilePartition]:
     """The partitions of a batch read: an uncompressed JSON Lines or CSV file larger than
     ``split_bytes`` (``> 0``) as spans of about that many bytes, each starting at a line
     start, one task each (``eventlog.spans.split_spans``: one sequential read of the file,
     counting newlines); any other file whole. Refuses files with different kinds of order
-    key (TS §5.2). Runs where the files are listed (the driver)."""
+    key (TS §5.2). ``merge``: as the engine's (``eventlog.merge_columns``): ``"auto"`` is
+    ``"time"`` when there are several files and none carries an order key (TS §5.8), and
+    under ``"time"`` each file is read whole (its rows' key is the latest time the file has
+    shown, which a span cannot know); ``chosen`` (if given) gets the merge that runs. Runs
+    where the files are listed (the driver)."""
+    from eventlog import MERGES
     from eventlog.spans import file_mode, split_spans
 
-    splits = [split_bytes > 0 and f.format != "parquet" and f.compression is None
-              and f.size > split_bytes for f in files]
+    if merge not in MERGES:
+        raise InputError(f"read_event_log: merge={merge!r}; expected one of "
+                         f"{', '.join(MERGES)}")
     modes: dict[str, str | None] = {}
-    if len(files) > 1 or any(splits):
+    if len(files) > 1 or split_bytes > 0:
         modes = {f.uri: file_mode(open_log(f), time_unit) for f in files}
+    if merge == "auto":
+        keyed = [m for m in modes.values() if m is not None]
+        merge = ("time" if len(files) > 1 and keyed and all(m == "position" for m in keyed)
+                 else "arrival")
+    if len(files) > 1 and merge == "arrival":
         seen: dict[str, str] = {}
         for uri, mode in modes.items():
             if mode is not None:
@@ -409,6 +431,11 @@ def plan_splits(files: list[LogPath], split_bytes: int, time_unit: str | None = 
             (m1, p1), (m2, p2) = list(seen.items())[:2]
             raise InputError(f"{p1} is ordered by {m1!r} but {p2} by {m2!r}; all files of "
                              "one replay must use the same order key (TS §5.2)")
+    if chosen is not None:
+        chosen.append("file" if len(files) == 1 else merge)
+    whole = merge == "time" and len(files) > 1
+    splits = [split_bytes > 0 and not whole and f.format != "parquet"
+              and f.compression is None and f.size > split_bytes for f in files]
     out: list[FilePartition] = []
     for i, (f, split) in enumerate(zip(files, splits)):
         spans = (split_spans(open_log(f), split_bytes, mode=modes[f.uri], time_unit=time_unit)
@@ -475,7 +502,8 @@ def _registered(spark: Any) -> str | None:
 
 def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathLike], *,
                    bad_records: str = "fail", quarantine: str | os.PathLike | None = None,
-                   time_unit: str | None = None, split_bytes: int | None = None) -> Any:
+                   time_unit: str | None = None, split_bytes: int | None = None,
+                   merge: str = "auto") -> Any:
     """Read event-log files (JSON Lines, CSV, Parquet) into a DataFrame: ``EVENT_LOG_SCHEMA``.
 
     ``path``: a file, a directory (its log files by path, in ``key=value`` partition folders
@@ -494,6 +522,12 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
     engine's quarantine format). ``time_unit``: the unit of the logs' integer times, ``"s"``,
     ``"ms"``, ``"us"`` or ``"ns"`` (``None``: nanoseconds, refusing integers implausible as
     such — the engine's rule, ``eventlog.time_scale``); typed timestamps keep their own.
+    ``merge``: how ``order_key`` orders the files' records among them, as the engine's
+    replay merges them: ``"arrival"`` (their order keys, TS §5.2), ``"time"`` (each row's
+    key is the latest time its file has shown up to it, so the replay order takes the next
+    row from the file furthest behind, TS §5.8; each file is then one task) or ``"auto"``
+    (the default): ``"time"`` when there are several files and none carries ``seq`` or
+    ``arrival`` — one log per device — else ``"arrival"``.
     """
     from eventlog import BAD_RECORD_MODES, time_scale
 
@@ -509,12 +543,14 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
     files = list_logs(path)
     if split_bytes is None:
         split_bytes = _split_bytes(spark, files)
-    splits = plan_splits(files, split_bytes, time_unit)
+    chosen: list[str] = []
+    splits = plan_splits(files, split_bytes, time_unit, merge, chosen)
     register(spark)
     reader = (spark.read.format(SOURCE_NAME)
               .option("paths", json.dumps([f.to_list() for f in files]))
               .option("splits", json.dumps([p.to_list() for p in splits]))
-              .option("bad_records", bad_records))
+              .option("bad_records", bad_records)
+              .option("merge", chosen[0]))
     if quarantine is not None:
         reader = reader.option("quarantine", os.path.abspath(os.fspath(quarantine)))
     if time_unit is not None:

@@ -43,7 +43,7 @@ from pyspark.sql.types import (DoubleType, LongType, StringType, StructField, St
                                TimestampType)
 
 from engine.errors import InputError
-from engine.times import MAX_TIME, DurationLike
+from engine.times import MAX_TIME, DurationLike, format_duration_ns
 from operators.window_columns import WindowColumns
 from operators.windows import (Fold, Windows, WindowSpec, hopping_spec, number, parse_fold,
                                tumbling_spec)
@@ -446,7 +446,8 @@ def window_stage(staged: DataFrame, *, window: DurationLike,
     spec, folds = _definition(window, hop, offset, aggregates)
     for what, ns in (("window", spec.size), ("hop", spec.hop), ("offset", spec.offset)):
         if ns % 1000:
-            raise _fail(f"{what} {ns} ns is not a whole number of microseconds; expected one "
+            raise _fail(f"{what} {format_duration_ns(ns)} is not a whole number of "
+                        "microseconds; expected one "
                         "(Spark's windows and timestamps count microseconds)")
     _need(staged, [time_col], "")
     if not isinstance(staged.schema[time_col].dataType, TimestampType):

@@ -263,9 +263,19 @@ def test_readme_python_example_runs(capsys):
     (code,) = re.findall(r"```python\n(.+?)\n```", text, flags=re.S)
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
-    assert "late: LateRecord(input='B'" in out
-    assert "Event.cti(9223372036854775807)" in out  # the final CTI at +infinity
-    assert out.index("Event.point(1795334400000000000") < out.index("Event.cti(17953344")
+    lines = out.splitlines()
+    assert lines == [
+        "Event.point('2026-11-22T08:05:00Z', payload=1.0, source='A')",
+        "Event.point('2026-11-22T08:00:00Z', payload=2.0, source='B')",
+        "Event.cti('2026-11-22T08:00:00Z')",  # the comment's "CTI 08:00", readably
+        "late: LateRecord(input='B', event=Event.point('2026-11-22T07:59:00Z', source='B'), "
+        "cti='2026-11-22T08:00:00Z', action='dropped')",
+        "Event.cti_infinity()",  # the final CTI at +infinity
+    ]
+    # what the text under the example says it prints
+    (said,) = re.findall(r"\nIt prints (.+?)\n\n", text, flags=re.S)
+    shown = re.findall(r"`(Event\.[^`]+)`", said)
+    assert len(shown) == 3 and all(s in out for s in shown), shown
 
 
 # -- the docs cite only what the repository holds ---------------------------------------------

@@ -7,9 +7,21 @@ and a client (``docs/protocol.md``).
     server = await Server(goldilocks("5m"), tokens=["s3cret"]).start(ws=("127.0.0.1", 0))
     client = await connect(server.ws_url, token="s3cret")
     await client.publish(from_iterable(events), device="thermo-1").wait()
+
+With ``Server(checkpoint=…, out_dir=…)`` every event a device sends is in the files exactly
+once across crashes of the server: the client keeps what is not yet durable and resends it
+from the position the server gives when it comes back (``docs/protocol.md``, "Exactly
+once").
 """
 
-from goldilocks.net.client import Client, ClientStats, Publication, RemoteOutput, connect
+from goldilocks.net.client import (
+    Client,
+    ClientStats,
+    Publication,
+    PublicationStats,
+    RemoteOutput,
+    connect,
+)
 from goldilocks.net.protocol import (
     DEFAULT_MAX_FRAME,
     VERSION,
@@ -32,6 +44,7 @@ __all__ = [
     "Client",
     "ClientStats",
     "Publication",
+    "PublicationStats",
     "RemoteOutput",
     "ProtocolError",
     "RemoteError",

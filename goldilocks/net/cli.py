@@ -23,10 +23,14 @@ Merge device streams published over the network (WebSocket, and plain TCP with -
 CTI policy. Each device stream becomes a union input named after the device; devices are
 granted credit from the union's demand, so a slow consumer slows them. Devices may send edge
 events (start and end edges with their ids), decided under the policy as TS §7 says; late
-and unmatched ones are late records with their reasons. The merged output can
-be subscribed to remotely and, with --out-dir, is written as rolling event-log parts
-(events-NNNNNN.jsonl, late-NNNNNN.jsonl) for Spark. Stops on SIGINT or SIGTERM: inputs are
-removed, the union is closed and the last parts are published. Prints 'listening on URL' per
+and unmatched ones are late records with their reasons. The merged output is
+written first, with --out-dir, as rolling event-log parts (events-NNNNNN.jsonl,
+late-NNNNNN.jsonl) for Spark, and can be subscribed to remotely; a subscriber more than
+--subscriber-lag events behind is cut off (it never slows the devices) and may come back
+from its position. With --checkpoint, every event a device sends is in the parts exactly
+once across a crash: devices are told as their events become durable, and resend from their
+position after a restart (docs/checkpoint.md). Stops on SIGINT or SIGTERM: inputs are
+removed, the last parts published (with --checkpoint: after the last checkpoint). Prints 'listening on URL' per
 transport on stdout, and a summary on stderr at the end. Exit status: 0 after a stop in
 order; 1 if the output had not ended within --shutdown-timeout (remote subscribers still
 behind were cut off; the last file part may lack events) or on a token file it cannot use;
@@ -72,6 +76,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-connections", type=int, default=1024, metavar="N")
     p.add_argument("--prefetch", type=int, default=4096, metavar="N",
                    help="credit per device (default 4096: several frames in flight)")
+    p.add_argument("--subscriber-lag", type=int, default=65_536, metavar="EVENTS",
+                   help="cut off a subscriber more than this many events behind the merged "
+                        "stream (default 65536); subscribers never slow the devices or "
+                        "the files")
     p.add_argument("--max-drift", default=None, metavar="DURATION",
                    help="align devices through credit: one whose time is more than this "
                         "ahead of the slowest gets credit later (default: off)")
@@ -79,12 +87,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="a device quiet this long while holding credit is idle and holds "
                         "no one back (default: 1s with --max-drift, else off)")
     p.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="restore the union from FILE at start if it exists; write it at "
-                        "shutdown (and with --checkpoint-every); the output then ends "
+                   help="restore the union from FILE at start if it exists (its --out-dir "
+                        "checked first); write it every --checkpoint-every and at "
+                        "shutdown, publishing the parts it covers; the output then ends "
                         "without the CTI at +inf: time continues at the next start "
                         "(docs/checkpoint.md)")
     p.add_argument("--checkpoint-every", default=None, metavar="DURATION",
-                   help="also write the checkpoint this often (e.g. 30s)")
+                   help="how often to write the checkpoint (default 30s): devices keep "
+                        "their events until a checkpoint covers them")
 
 
 def _seconds(text: str, what: str) -> float:
@@ -113,6 +123,12 @@ def _duration_or_none(text: str | None, what: str, zero: bool = False) -> Nanose
 
 def _instant(t: int | None) -> str:
     return "none yet" if t is None else format_instant(t)
+
+
+def _positive(n: int, what: str) -> int:
+    if n < 1:
+        raise UsageError(what, f"{n}; expected a number of events >= 1")
+    return n
 
 
 def _policy(args: argparse.Namespace):
@@ -155,6 +171,7 @@ async def _serve(args: argparse.Namespace) -> int:
                     setup_timeout=_seconds(args.setup_timeout, "--setup-timeout"),
                     max_frame=args.max_frame, max_connections=args.max_connections,
                     prefetch=args.prefetch, out_dir=args.out_dir,
+                    subscriber_lag=_positive(args.subscriber_lag, "--subscriber-lag"),
                     part_events=args.part_events,
                     part_seconds=_seconds(args.part_seconds, "--part-seconds"),
                     max_drift=_duration_or_none(args.max_drift, "--max-drift", zero=True),
@@ -165,15 +182,15 @@ async def _serve(args: argparse.Namespace) -> int:
         union = server.union
         assert union is not None
         print(f"serve: restored from {args.checkpoint}: {len(union.detached())} devices to "
-              f"re-attach, output CTI {_instant(union.stats().output_cti)}", file=sys.stderr,
-              flush=True)
+              f"re-attach, output CTI {_instant(union.stats().output_cti)}, merged stream "
+              f"at position {server.stats().position}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before saying it listens: a signal
+        loop.add_signal_handler(sig, stop.set)   # sent as soon as it does stops it in order
     for url in (server.ws_url, server.tcp_url):
         if url:
             print(f"listening on {url}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     ended = await server.close(timeout=shutdown)
     s = server.stats()
@@ -187,6 +204,9 @@ async def _serve(args: argparse.Namespace) -> int:
           + (f"; edges: {u.edges.opened} opened, {u.edges.closed} closed "
              f"({u.edges.moved} moved), {u.edges.unmatched} unmatched"
              if u.edges is not None and (u.edges.opened or u.edges.unmatched) else "")
+          + (f"; {s.duplicates} resent events skipped" if s.duplicates else "")
+          + (f"; {s.subscribers_cut} subscribers cut off (too slow)"
+             if s.subscribers_cut else "")
           + (f"; {s.checkpoints} checkpoints written to {args.checkpoint}"
              + (f" ({s.checkpoint_misses} missed)" if s.checkpoint_misses else "")
              if args.checkpoint else ""), file=sys.stderr, flush=True)

@@ -51,9 +51,11 @@ class Tally:
     """What a server counts across its connections, the closed ones included: protocol
     errors by code, connections lost with streams open, and the counters of those closed."""
 
-    __slots__ = ("errors", "disconnects", "events_in", "events_out", "refused", "frames_in")
+    __slots__ = ("errors", "disconnects", "events_in", "events_out", "refused", "frames_in",
+                 "duplicates")
 
     def __init__(self) -> None:
+        self.duplicates = 0  # events devices sent again that the server had (``from``)
         self.errors: Counter[str] = Counter()
         self.disconnects = 0
         self.events_in = 0
@@ -95,6 +97,7 @@ class Connection:
         self.limits = limits
         self.tally = tally
         self.authenticated = self.closed = self.evicted = False  # set up; ended; let go
+        self.version = 1  # the protocol version agreed at setup
         self.frames_in = self.events_in = self.events_out = self.refused = 0
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()

@@ -1,6 +1,13 @@
 """Device streams: a ``publish`` stream as a remote publisher of one device's events, which the
 server adds to its union as an input named after the device.
 
+Positions (``ledger``): the stream's first ``request`` frame (the acknowledgement) says how
+many of the device's events the server has (``position``); a ``next`` frame may say the
+number of its first event (``from``): events the server has already are skipped (their
+credit given back at once), a frame that would leave a gap is refused (``gap``, the stream
+ends). On a protocol-2 connection the stream is told as its events become durable
+(``durable`` frames), and once more after it ended, when everything it sent is durable.
+
 The union's ``request(n)`` for that input goes out as a ``request`` frame (RS §3.8 on the
 wire), so the device's credit is exactly the union's demand and a slow consumer slows the
 devices end to end. Events beyond the credit are refused, counted, and the connection is
@@ -31,10 +38,12 @@ from goldilocks.net.protocol import (
     RemoteError,
     decode_events,
     encode_cancel,
+    encode_durable,
     encode_error,
     encode_request,
     event_refusals,
 )
+from goldilocks.net.ledger import Ledger
 from operators.union import InputHandle
 
 __all__ = ["DeviceStream", "DevicePublisher"]
@@ -48,20 +57,36 @@ class DeviceStream:
     called from any thread and hop onto it."""
 
     __slots__ = ("conn", "id", "device", "subscriber", "handle", "granted",
-                 "received", "refused", "state")
+                 "received", "refused", "state", "ledger", "acked", "durable", "skipped",
+                 "closing", "final", "_unwatch")
 
     kind = "publish"
 
-    def __init__(self, conn: Connection, stream_id: int, device: str) -> None:
+    def __init__(self, conn: Connection, stream_id: int, device: str,
+                 ledger: Ledger | None = None) -> None:
         self.conn = conn
         self.id = stream_id
         self.device = device
         self.subscriber: Any = None
         self.handle: InputHandle | None = None  # set once the union has the input
         self.granted = 0     # credit sent to the device in all (RS §3.8)
-        self.received = 0    # events accepted from the device
+        self.received = 0    # events of next frames counted against that credit
         self.refused = 0
+        self.skipped = 0     # events the server had already (``from``): credit given back
         self.state = OPEN
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.acked = False   # the first request frame (with the position) was sent
+        self.durable = 0     # the durable position last sent
+        self.closing = False  # the server is shutting down: say so instead of cancel
+        self.final: int | None = None  # ended by the device: its last position
+        self._unwatch: Any = None
+        if conn.version >= 2:
+            self._unwatch = self.ledger.watch(device, self.on_durable)
+
+    @property
+    def position(self) -> int:
+        """How many of the device's events the server has (its next event's number)."""
+        return self.ledger.position(self.device)
 
     # ---------------------------------------------------------------- Subscription
     def request(self, n: int) -> None:
@@ -83,7 +108,11 @@ class DeviceStream:
             n = MAX_DEMAND - self.granted
             granted = MAX_DEMAND
         self.granted = granted
-        self.conn.write(encode_request(self.id, n))
+        if self.acked:
+            self.conn.write(encode_request(self.id, n))
+        else:  # the acknowledgement: where the device goes on from (TS §8.4)
+            self.acked = True
+            self.conn.write(encode_request(self.id, n, self.position))
 
     def cancel(self) -> None:
         """The union removed this input: a ``cancel`` frame (RS §3.5, §3.12)."""
@@ -94,7 +123,16 @@ class DeviceStream:
             return  # RS §3.7
         self.state = CANCELLED
         self.subscriber = None  # RS §3.13: drop the reference
-        self.conn.write(encode_cancel(self.id))
+        if self.closing and self.conn.version >= 2:
+            # not the end of the device's stream: the server goes away, the device comes
+            # back from its position (a protocol-1 device is told cancel, as it always was)
+            self.conn.write(encode_error(self.id, "closing", f"the server is shutting "
+                                         f"down; {self.position} events of device "
+                                         f"{self.device!r} are taken: publish again from "
+                                         "there", position=self.position))
+        else:
+            self.conn.write(encode_cancel(self.id))
+        self._stop_watching()
         self.conn.stream_ended(self)
 
     # ---------------------------------------------------------------- frames from the device
@@ -113,12 +151,34 @@ class DeviceStream:
                 f"with only {credit} requested ({self.received} of {self.granted} used); "
                 "expected at most the credit granted by request frames",
                 stream=self.id, rule="RS §1.1")
+        self.received += count
+        first = frame.first
+        if first is not None:
+            expected = self.position
+            if first > expected:
+                self._refused(count)
+                self.refuse("gap", f"device {self.device!r} (stream {self.id}): this next "
+                            f"frame starts at event {first}, but the server has events 0 to "
+                            f"{expected - 1} of this device; expected from {expected} (events "
+                            f"{expected} to {first - 1} are missing)", position=expected)
+                return
+            skip = expected - first
+            if skip:
+                # Kafka's idempotent producer: what the server has is not merged again; the
+                # credit those events used is given back at once (they take no room)
+                skip = min(skip, count)
+                self.skipped += skip
+                self.conn.tally.duplicates += skip
+                self._give_back(skip)
+                if skip == count:
+                    return
+                rows = rows[skip:]
+                count -= skip
         try:
             events = decode_events(rows, self.device, stream=self.id)
         except ProtocolError:
             self._refused(count)
             raise
-        self.received += count
         refusals = event_refusals(events, frame.size, self.conn.limits.max_frame,
                                   stream=self.id)
         if refusals:
@@ -142,16 +202,48 @@ class DeviceStream:
         self.conn.events_in += sent
         if sent < len(events):
             self._refused(len(events) - sent)
+        else:  # dealt with: merged, or refused for good (sending them again would not help)
+            self.ledger.take(self.device, count)
         if refusals:
             _, code, message = refusals[0]
             more = f" ({len(refusals)} events of the frame refused)" if len(refusals) > 1 else ""
             self.refuse(code, message + more)
 
+    def _give_back(self, n: int) -> None:
+        """Credit for events that took no room in the union: granted again at once."""
+        if self.granted < MAX_DEMAND:
+            n = min(n, MAX_DEMAND - self.granted)
+            self.granted += n
+            self.conn.write(encode_request(self.id, n))
+
+    def on_durable(self, position: int) -> None:
+        """The device's first ``position`` events are durable (protocol 2): tell it, while
+        its stream is open (after it ended: ``ended_durable``)."""
+        if self.state == OPEN and position > self.durable:
+            self.durable = position
+            self.conn.write(encode_durable(self.id, position))
+
+    def ended_durable(self) -> bool:
+        """Called after each checkpoint for a stream the device ended: once everything it
+        sent is durable, say so (the last ``durable`` frame of the stream) and return True."""
+        if self.final is None or self.conn.closed:
+            return True
+        position = self.ledger.durable(self.device)
+        if position < self.final:
+            return False
+        self.conn.write(encode_durable(self.id, position))
+        return True
+
+    def _stop_watching(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+
     def _refused(self, count: int) -> None:
         self.refused += count
         self.conn.refused += count
 
-    def refuse(self, code: str, message: str) -> None:
+    def refuse(self, code: str, message: str, position: int | None = None) -> None:
         """End this stream from the server's side: ``error(stream, code)`` to the device, and
         the input leaves the union as failed with the same reason (the connection stays)."""
         if self.state != OPEN:
@@ -159,11 +251,13 @@ class DeviceStream:
         self.conn.tally.error(code)
         _log.info("refusing stream %d (%r) from %s: %s (%s)", self.id, self.device,
                   self.conn.transport.peer, code, message)
-        self.conn.write(encode_error(self.id, code, message))
+        self.conn.write(encode_error(self.id, code, message, position=position))
         self._end(FAILED, ProtocolError(code, message, stream=self.id))
 
     def on_complete_frame(self) -> None:
         if self.state == OPEN:
+            if self._unwatch is not None:
+                self.final = self.position  # told once every event it sent is durable
             self._end(COMPLETED, None)
 
     def on_error_frame(self, frame: Frame) -> None:
@@ -179,6 +273,7 @@ class DeviceStream:
         subscriber = self.subscriber
         self.state = state
         self.subscriber = None
+        self._stop_watching()
         self.conn.stream_ended(self)
         if subscriber is None:
             return

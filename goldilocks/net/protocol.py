@@ -21,8 +21,8 @@ output frame). Nothing here logs, and a ``Frame``'s ``repr`` never shows the tok
 >>> frame = decode_frame(encode_request(3, 64))
 >>> frame.type, frame.stream, frame.n
 ('request', 3, 64)
->>> decode_events([["point", 5, None, {"v": 1}]], "A")
-[Event.point(5, payload={'v': 1}, source='A')]
+>>> decode_events([["point", 1_795_334_400_000_000_000, None, {"v": 1}]], "A")
+[Event.point('2026-11-22T08:00:00Z', payload={'v': 1}, source='A')]
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import orjson
 from engine.contracts import MAX_DEMAND
 from engine.errors import GoldilocksError
 from engine.event import CTI, END, INTERVAL, POINT, START, Event
-from engine.times import MAX_TIME, MIN_TIME
+from engine.times import (MAX_TIME, MIN_TIME, TIME_UNITS, UNSCALED_RANGES, format_instant,
+                          looks_unscaled)
 
 __all__ = [
     "VERSION",
@@ -62,6 +63,7 @@ __all__ = [
     "encode_complete",
     "encode_error",
     "encode_keepalive",
+    "encode_durable",
     "event_row",
     "LENGTH",
     "length_prefix",
@@ -76,8 +78,10 @@ __all__ = [
 ]
 
 #: The protocol version this code speaks; ``setup`` names it, the server refuses others.
-VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+#: Version 2 adds the ``durable`` frame (positions: ``docs/protocol.md``, "Exactly once");
+#: a version-1 connection never gets one, and everything else is the same.
+VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 #: Largest frame either side accepts by default, in bytes (1 MiB).
 DEFAULT_MAX_FRAME = 1 << 20
 #: Most events in one ``next`` frame.
@@ -101,7 +105,7 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 
 FRAME_TYPES = ("setup", "ok", "publish", "subscribe", "request", "cancel", "next", "complete",
-               "error", "keepalive")
+               "error", "keepalive", "durable")
 _CONNECTION_TYPES = frozenset({"setup", "ok", "keepalive"})
 #: The kinds the device rows' fast path takes (rows of four elements); edges take the checked
 #: path, which knows them all.
@@ -140,13 +144,17 @@ class ProtocolError(GoldilocksError):
 
 
 class RemoteError(GoldilocksError):
-    """The peer sent an ``error`` frame: ``code`` and the peer's message, verbatim."""
+    """The peer sent an ``error`` frame: ``code`` and the peer's message, verbatim;
+    ``position``, when the frame has one: where to take the stream up again from
+    (``too_slow``, ``gap``, ``closing``)."""
 
-    def __init__(self, code: str, message: str, *, stream: int = 0) -> None:
+    def __init__(self, code: str, message: str, *, stream: int = 0,
+                 position: int | None = None) -> None:
         super().__init__(f"remote error {code!r} on stream {stream}: {message}")
         self.code = code
         self.stream = stream
         self.remote_message = message
+        self.position = position
 
 
 class ConnectionLost(GoldilocksError):
@@ -157,7 +165,7 @@ class Frame:
     """One decoded frame. Fields not used by its ``type`` are ``None``."""
 
     __slots__ = ("type", "stream", "n", "device", "events", "code", "message", "version",
-                 "token", "info", "size")
+                 "token", "info", "size", "position", "first")
 
     def __init__(self, type: str, stream: int = 0) -> None:
         self.type = type
@@ -171,6 +179,8 @@ class Frame:
         self.version: int | None = None
         self.token: str | None = None
         self.info: dict | None = None
+        self.position: int | None = None  # request (the publish acknowledgement), durable
+        self.first: int | None = None     # ``from``: next (its first event), subscribe
 
     def __repr__(self) -> str:
         extra = ""
@@ -184,6 +194,10 @@ class Frame:
             extra += f", code={self.code!r}"
         if self.version is not None:
             extra += f", version={self.version}"
+        if self.position is not None:
+            extra += f", position={self.position}"
+        if self.first is not None:
+            extra += f", from={self.first}"
         if self.token is not None:
             extra += ", token=<redacted>"
         return f"Frame({self.type!r}, stream={self.stream}{extra})"
@@ -201,6 +215,18 @@ def _field(obj: dict, name: str, kind: type, what: str, frame_type: str,
     if value.__class__ is not kind:
         raise _malformed(f"{frame_type} frame: field {name!r} is {type(value).__name__} "
                          f"{_short(value)}; expected {what}", stream)
+    return value
+
+
+def _count(obj: dict, name: str, frame_type: str, stream: int, what: str) -> int | None:
+    """An optional count field (``from``, ``position``): ``None`` when absent, else an
+    integer from 0 to 2**63 - 1."""
+    value = obj.get(name)
+    if value is None:
+        return None
+    if value.__class__ is not int or not 0 <= value <= MAX_DEMAND:
+        raise _malformed(f"{frame_type} frame on stream {stream}: {name!r} is "
+                         f"{_short(value)}; expected {what} (an integer >= 0)", stream)
     return value
 
 
@@ -259,12 +285,23 @@ def decode_frame(data: bytes | bytearray | memoryview | str,
             raise _malformed(f"next frame on stream {stream}: {len(events)} events; expected "
                              f"at most {MAX_BATCH} per frame", stream)
         frame.events = events
+        frame.first = _count(obj, "from", ftype, stream, "the number of its first event")
     elif ftype == "request":
         n = _field(obj, "n", int, "an integer n >= 1", ftype, stream)
         if n < 1:  # RS §3.9 on the wire: non-positive requests are illegal
             raise ProtocolError("malformed", f"request frame on stream {stream}: n={n}; "
                                 "expected n >= 1", stream=stream, rule="RS §3.9")
         frame.n = n if n < MAX_DEMAND else MAX_DEMAND  # RS §3.17: saturate
+        frame.position = _count(obj, "position", ftype, stream,
+                                "how many of the device's events the server has")
+    elif ftype == "durable":
+        frame.position = _count(obj, "position", ftype, stream, "a position")
+        if frame.position is None:
+            raise _malformed(f"durable frame on stream {stream}: missing field 'position'; "
+                             "expected an integer >= 0", stream)
+    elif ftype == "subscribe":
+        frame.first = _count(obj, "from", ftype, stream,
+                             "the position of the merged stream to start from")
     elif ftype == "publish":
         device = _field(obj, "device", str, "a device name (a non-empty string)", ftype, stream)
         if not device or len(device) > MAX_NAME:
@@ -278,6 +315,7 @@ def decode_frame(data: bytes | bytearray | memoryview | str,
             raise _malformed(f"error frame: 'message' is {type(message).__name__}; expected "
                              "a string", stream)
         frame.message = message
+        frame.position = _count(obj, "position", ftype, stream, "a position")
     elif ftype == "setup":
         frame.version = _field(obj, "version", int, "the protocol version (an integer)", ftype)
         token = obj.get("token")
@@ -311,6 +349,27 @@ def decode_events(rows: list, source: str | None, *, stream: int = 0,
     return _decode_checked(rows, source, stream, with_source)
 
 
+#: the span of the integers ``looks_unscaled`` refuses (one comparison passes today's ns)
+_UNSCALED_LO = UNSCALED_RANGES[0][1]
+_UNSCALED_HI = UNSCALED_RANGES[-1][2]
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
+
+
+def _unscaled(i: int, stream: int, what: str, value: int) -> ProtocolError | None:
+    """The error for a device's time that is implausible as nanoseconds (TS §1.6: epoch
+    seconds, milliseconds or microseconds, as the event-log readers refuse them), or
+    ``None``."""
+    unit = looks_unscaled(value) if _UNSCALED_LO <= value < _UNSCALED_HI else None
+    if unit is None:
+        return None
+    return _malformed(f"event {i} on stream {stream}: {what} {value} looks like "
+                      f"{_UNIT_WORDS[unit]} since the epoch "
+                      f"({format_instant(value * TIME_UNITS[unit])}), not nanoseconds "
+                      f"({format_instant(value)}); expected integer nanoseconds since the "
+                      "epoch (in Python, Event.point(t) with an int t is nanoseconds: pass "
+                      "t * 10**9, a datetime or ISO-8601 text)", stream)
+
+
 def _decode_device_rows(rows: list, source: str | None) -> list[Event] | None:
     """The hot path of ``decode_events`` for device rows: ``None`` (or an exception) at the
     first row that would be refused, the events otherwise. O(rows), one pass."""
@@ -326,6 +385,8 @@ def _decode_device_rows(rows: list, source: str | None) -> list[Event] | None:
         kind = kinds[kind]
         if start.__class__ is not int or start < MIN_TIME or start > MAX_TIME:
             return None
+        if _UNSCALED_LO <= start < _UNSCALED_HI and looks_unscaled(start):  # TS §1.6
+            return None
         if kind is POINT:
             if start == MAX_TIME:  # TS §1.3: no tick of lifetime left
                 return None
@@ -335,6 +396,8 @@ def _decode_device_rows(rows: list, source: str | None) -> list[Event] | None:
                 return None
         elif kind is INTERVAL:
             if end.__class__ is not int or end <= start or end > MAX_TIME:
+                return None
+            if _UNSCALED_LO <= end < _UNSCALED_HI and looks_unscaled(end):  # TS §1.6
                 return None
         elif end is not None:
             return None
@@ -361,6 +424,10 @@ def _decode_checked(rows: list, source: str | None, stream: int,
         if start.__class__ is not int or not MIN_TIME <= start <= MAX_TIME:
             raise _malformed(f"event {i} on stream {stream}: start {_short(start)}; expected "
                              "an integer of nanoseconds since the epoch (int64)", stream)
+        if not with_source:  # TS §1.6: a device's times, as they enter
+            refused = _unscaled(i, stream, "start", start)
+            if refused is not None:
+                raise refused
         edge = kind is START or kind is END
         # the elements after the payload: the source on the merged output, then an edge's id
         extra = (1 if with_source else 0) + (1 if edge else 0)
@@ -395,6 +462,9 @@ def _decode_checked(rows: list, source: str | None, stream: int,
                 raise _malformed(f"event {i} on stream {stream}: {what} from {start} "
                                  f"with end {_short(end)}; expected an integer end > start",
                                  stream)
+            refused = None if with_source else _unscaled(i, stream, "end", end)  # TS §1.6
+            if refused is not None:
+                raise refused
         elif kind is START:
             if end is not None:
                 raise _malformed(f"event {i} on stream {stream}: a start edge with end "
@@ -594,29 +664,44 @@ def encode_publish(stream: int, device: str) -> bytes:
     return _dumps({"type": "publish", "stream": stream, "device": device})
 
 
-def encode_subscribe(stream: int) -> bytes:
-    return _dumps({"type": "subscribe", "stream": stream})
+def encode_subscribe(stream: int, first: int | None = None) -> bytes:
+    """``first``: the position of the merged stream to start from (``from``)."""
+    if first is None:
+        return _dumps({"type": "subscribe", "stream": stream})
+    return _dumps({"type": "subscribe", "stream": stream, "from": first})
 
 
-def encode_request(stream: int, n: int) -> bytes:
-    return b'{"type":"request","stream":%d,"n":%d}' % (stream, n)
+def encode_request(stream: int, n: int, position: int | None = None) -> bytes:
+    """``position``: on the publish acknowledgement, how many of the device's events the
+    server has."""
+    if position is None:
+        return b'{"type":"request","stream":%d,"n":%d}' % (stream, n)
+    return b'{"type":"request","stream":%d,"n":%d,"position":%d}' % (stream, n, position)
+
+
+def encode_durable(stream: int, position: int) -> bytes:
+    return b'{"type":"durable","stream":%d,"position":%d}' % (stream, position)
 
 
 def encode_cancel(stream: int) -> bytes:
     return b'{"type":"cancel","stream":%d}' % stream
 
 
-def encode_next(stream: int, events: list[Event], with_source: bool = False) -> bytes:
+def encode_next(stream: int, events: list[Event], with_source: bool = False,
+                first: int | None = None) -> bytes:
     """A ``next`` frame for ``events`` (one or a batch); rows as ``event_row`` makes them
-    (a point's end is ``null``). Raises ``orjson.JSONEncodeError`` for a payload nested
-    deeper than the encoder goes (see ``MAX_DEPTH``)."""
+    (a point's end is ``null``); ``first``: the number (a device's) or position (the merged
+    stream's) of the first event, as ``from``. Raises ``orjson.JSONEncodeError`` for a
+    payload nested deeper than the encoder goes (see ``MAX_DEPTH``)."""
     if with_source:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload, e.source]
                 if e.id is None else event_row(e, True) for e in events]
     else:
         rows = [[e.kind, e.start, None if e.kind == POINT else e.end, e.payload]
                 if e.id is None else event_row(e) for e in events]
-    return _dumps({"type": "next", "stream": stream, "events": rows})
+    if first is None:
+        return _dumps({"type": "next", "stream": stream, "events": rows})
+    return _dumps({"type": "next", "stream": stream, "from": first, "events": rows})
 
 
 def encode_next_raw(stream: int, rows: list) -> bytes:
@@ -628,8 +713,13 @@ def encode_complete(stream: int) -> bytes:
     return b'{"type":"complete","stream":%d}' % stream
 
 
-def encode_error(stream: int, code: str, message: str) -> bytes:
-    return _dumps({"type": "error", "stream": stream, "code": code, "message": message})
+def encode_error(stream: int, code: str, message: str, position: int | None = None) -> bytes:
+    """``position``: where the stream was, for a stream that may be taken up again from
+    there (``too_slow``, ``gap``)."""
+    if position is None:
+        return _dumps({"type": "error", "stream": stream, "code": code, "message": message})
+    return _dumps({"type": "error", "stream": stream, "code": code, "message": message,
+                   "position": position})
 
 
 _KEEPALIVE = b'{"type":"keepalive"}'

@@ -2,32 +2,36 @@
 
 ::
 
-    server = Server(goldilocks("5m"), tokens=["s3cret"], out_dir="out/")
+    server = Server(goldilocks("5m"), tokens=["s3cret"], out_dir="out/",
+                    checkpoint="serve.ckpt", checkpoint_every=1.0)
     await server.start(ws=("127.0.0.1", 8765), tcp=("127.0.0.1", 8766))
     ...                                     # devices publish, subscribers subscribe
-    await server.close()                    # inputs removed, union closed, files published
+    await server.close()                    # inputs removed, files published, checkpoint
 
 Each published device stream becomes a union input named after the device, whose credit is
 the union's demand (``devices``). The union's one subscriber is the server's output
-(``output``): a live multicast that counts what leaves the union and shares it, through one
-bounded buffer paced by the slowest member, with remote subscribers (``subscribe`` streams,
-paced by their ``request`` frames) and local ones (an optional ``RollingFileSink``,
-``Server.subscribe``). Who gets in is the admission's business (``admission``: tokens, slots
-for connections set up and in setup); each connection's read loop is a ``session``, its
-state and counters a ``connection``. Everything runs on one asyncio loop; the union's merge
-runs on it too (``LoopExecutor``).
+(``output``): it writes the files first, then shares the merged stream with remote
+subscribers (``subscribe`` streams, paced by their ``request`` frames) and local ones
+(``Server.subscribe``), none of whom can hold the union back: one that falls more than
+``subscriber_lag`` events behind is cut off, and may come back from its position. Who gets in
+is the admission's business (``admission``: tokens, slots for connections set up and in
+setup); each connection's read loop is a ``session``, its state and counters a
+``connection``. The files, the devices' positions and the checkpoint are ``durability``'s:
+every ``checkpoint_every`` a commit makes a cut durable and tells each device how much of what
+it sent is (``durable`` frames). Everything runs on one asyncio loop; the union's merge runs
+on it too (``LoopExecutor``).
 
 Bounds (all in ``stats()``): ``max_connections`` set up, and ``max_pending`` in setup
 (``setup_timeout`` each, a setup frame of at most ``MAX_SETUP_FRAME`` bytes); ``max_streams``
 active per connection; ``max_frame`` bytes per frame; per-input credit (the union's
 ``prefetch``, shared fairly within its ``max_buffered``, at least ``min_credit`` each); the
-output's ``capacity``; each connection's outgoing queue, ``outbox_bytes`` (and one frame
-more): a subscriber that does not read holds the output, which holds the union, which holds
-the devices' credit back, until it has taken nothing for ``idle_timeout`` and is cut off. An
-event that could not be written again (nested over ``MAX_DEPTH``, or too large for an output
-frame) is refused on input, alone. Memory is O(connections × (streams + ``outbox_bytes`` +
-``max_frame``) + the union's bounds + the output's); a closed connection leaves only
-counters. docs/protocol.md, "Bounds", gives the figures.
+subscribers' lag, ``subscriber_lag`` events; each connection's outgoing queue,
+``outbox_bytes`` (and one frame more); the positions of ``keep_positions`` devices not
+publishing. An event that could not be written again (nested over ``MAX_DEPTH``, or too large
+for an output frame) is refused on input, alone. Memory is O(connections × (streams +
+``outbox_bytes`` + ``max_frame``) + the union's bounds + ``subscriber_lag`` +
+``keep_positions``); a closed connection leaves only counters. docs/protocol.md, "Bounds",
+gives the figures.
 """
 
 from __future__ import annotations
@@ -38,29 +42,36 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from collections.abc import Callable, Mapping
+
 from engine.errors import ClosedError, InputError
 from engine.executors import LoopExecutor
 from engine.sinks import PublisherBase
 from engine.subscription import check_subscriber
 from engine.times import DurationLike, to_seconds
-from eventlog import RollingFileSink, SinkStats
 from goldilocks.net.admission import Admission
 from goldilocks.net.connection import Connection, ConnectionStats, Limits, Tally, bounded
 from goldilocks.net.devices import DeviceStream
+from goldilocks.net.durability import TICK, Durability
+from goldilocks.net.ledger import DEFAULT_KEEP
 from goldilocks.net.output import OutputStream, ServerOutput
 from goldilocks.net.protocol import DEFAULT_MAX_FRAME, MAX_SETUP_FRAME, encode_error
 from goldilocks.net.session import Session, Venue
 from goldilocks.net.transport import WS_LOGGER, TcpTransport, Transport, WebSocketTransport
-from goldilocks.outputs import write_atomic
-from operators.checkpoint import CheckpointError
+from goldilocks.parts import PartStats
 from operators.edges import with_edges
 from operators.union import Union, UnionStats
 
-__all__ = ["Server", "ServerStats", "READER_LIMIT"]
+__all__ = ["Server", "ServerStats", "READER_LIMIT", "DEFAULT_SUBSCRIBER_LAG",
+           "DEFAULT_CHECKPOINT_EVERY"]
 
 #: The TCP stream reader's limit: it stops reading from the socket while it holds more than
 #: twice this (before setup, too: a connection can pin no more than that and one read).
 READER_LIMIT = 64 * 1024
+#: How far (events) a subscriber may fall behind the merged stream before it is cut off.
+DEFAULT_SUBSCRIBER_LAG = 65_536
+#: Seconds between checkpoints when a checkpoint file is given without an interval.
+DEFAULT_CHECKPOINT_EVERY = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,16 +98,23 @@ class ServerStats:
     max_streams: int
     max_frame: int
     union: UnionStats | None   # None before start
-    output_buffered: int       # the output's buffer (events), its peak and its bound
+    output_buffered: int       # events kept for subscribers behind, their peak and ...
     output_peak: int
-    output_capacity: int
-    files: SinkStats | None    # the rolling event-log sink's stats, if any
+    subscriber_lag: int        # ... the bound: a subscriber further behind is cut off
+    files: PartStats | None    # the event parts' writer's stats, with an out-dir
     pending: int = 0           # connections in setup (not yet authenticated) ...
     max_pending: int = 0       # ... and their bound; the oldest is let go for a new one
     setup_evictions: int = 0   # connections in setup let go for a newer one
     outbox_bytes: int = 0      # the bound on each connection's outgoing queue (bytes)
     checkpoints: int = 0       # checkpoints written (TS §8.1) ...
-    checkpoint_misses: int = 0  # ... and times the union had no cut to offer in time
+    checkpoint_misses: int = 0  # ... and commits that could not be made (no cut in time)
+    subscribers_cut: int = 0   # subscribers cut off for falling behind (too_slow)
+    position: int = 0          # the merged stream's position (the next event's seq) ...
+    durable_position: int = 0  # ... and how far of it is durable
+    duplicates: int = 0        # events devices sent again that the server had (skipped)
+    devices: int = 0           # devices whose positions are kept ...
+    keep_positions: int = 0    # ... at most this many besides those publishing
+    late_files: PartStats | None = None  # the late parts' writer's stats, with an out-dir
 
     def errors(self, code: str) -> int:
         return dict(self.protocol_errors).get(code, 0)
@@ -114,23 +132,30 @@ class Server(PublisherBase):
     ``idle_timeout``: how long without any frame after which a connection is closed and its
     device inputs leave the union with the reason. ``out_dir``: write the merged output (and
     late records, prefix ``late``) as rolling event-log parts for Spark. ``prefetch`` and
-    ``max_buffered`` are the union's credit bounds; ``output_capacity`` the output's.
-    ``prefetch`` is each device's credit: several of the client's frames (``batch``, 1024 by
-    default) fit in it, so a device encodes and sends its next frames while the server merges
-    the last; a credit of one frame would make each frame wait a round trip.
+    ``max_buffered`` are the union's credit bounds. ``prefetch`` is each device's credit:
+    several of the client's frames (``batch``, 1024 by default) fit in it, so a device
+    encodes and sends its next frames while the server merges the last; a credit of one frame
+    would make each frame wait a round trip. ``subscriber_lag``: how many events a subscriber
+    may fall behind the merged stream before it is cut off (``too_slow``); subscribers never
+    slow the union, the devices or the files.
 
     ``checkpoint``: a file the union is restored from at ``start`` if it exists, and
-    written to every ``checkpoint_every`` and at ``close`` (``docs/checkpoint.md``);
-    ``final_cti`` (the output ends with a CTI at +inf) is then False unless given.
+    written to every ``checkpoint_every`` (30 s by default) and at ``close``
+    (``docs/checkpoint.md``); ``final_cti`` (the output ends with a CTI at +inf) is then
+    False unless given. Each checkpoint names the parts of ``out_dir`` it covers, which are
+    published only then, and the devices' positions, which devices are told are durable.
+    ``keep_positions``: positions kept of devices not publishing (the most recent).
 
     Once started: ``union`` (the ``Union``), ``output`` (its one subscriber, the
-    ``ServerOutput`` every subscriber joins), ``admission`` (tokens and connection slots).
+    ``ServerOutput`` every subscriber joins), ``admission`` (tokens and connection slots),
+    ``ledger`` (the devices' positions: ``ledger.listen(callback)`` is told, after each
+    checkpoint, the positions that became durable), ``durability``.
     """
 
     def __init__(self, policy: Any, *, tokens: Iterable[str], idle_timeout: DurationLike = 30.0,
                  max_frame: int = DEFAULT_MAX_FRAME, max_connections: int = 1024,
                  max_streams: int = 16, prefetch: int = 4096, max_buffered: int = 65_536,
-                 output_capacity: int = 4096, out_dir: str | None = None,
+                 subscriber_lag: int = DEFAULT_SUBSCRIBER_LAG, out_dir: str | None = None,
                  part_events: int = 100_000, part_seconds: DurationLike | None = 60.0,
                  final_cti: bool | None = None, setup_timeout: DurationLike = 5.0,
                  max_pending: int = 256,
@@ -138,7 +163,8 @@ class Server(PublisherBase):
                  max_drift: DurationLike | None = None,
                  idle_after: DurationLike | None = None,
                  checkpoint: str | os.PathLike | None = None,
-                 checkpoint_every: DurationLike | None = None, name: str = "server") -> None:
+                 checkpoint_every: DurationLike | None = None,
+                 keep_positions: int = DEFAULT_KEEP, name: str = "server") -> None:
         idle_timeout = to_seconds(idle_timeout, what=f"{name}: idle_timeout")
         setup_timeout = to_seconds(setup_timeout, what=f"{name}: setup_timeout")
         if part_seconds is not None:
@@ -151,14 +177,17 @@ class Server(PublisherBase):
                              "a server without a token would accept anyone")
         if idle_timeout <= 0 or setup_timeout <= 0 or max_frame < MAX_SETUP_FRAME \
                 or max_connections < 1 or max_streams < 1 or max_pending < 1 \
-                or outbox_bytes < 1 or min_credit < 0 or output_capacity < 1:
+                or outbox_bytes < 1 or min_credit < 0 or subscriber_lag < 1 \
+                or keep_positions < 0:
             raise InputError(f"{name}: idle_timeout={idle_timeout}, "
                              f"setup_timeout={setup_timeout}, max_frame={max_frame}, "
                              f"max_connections={max_connections}, max_streams={max_streams}, "
                              f"max_pending={max_pending}, outbox_bytes={outbox_bytes}, "
-                             f"output_capacity={output_capacity}, "
+                             f"subscriber_lag={subscriber_lag}, "
+                             f"keep_positions={keep_positions}, "
                              f"min_credit={min_credit}; expected the timeouts > 0, max_frame "
-                             f">= {MAX_SETUP_FRAME}, min_credit >= 0 and the others >= 1")
+                             f">= {MAX_SETUP_FRAME}, min_credit and keep_positions >= 0 and "
+                             "the others >= 1")
         # Devices may send edge events: the union decides them as TS §7 says, under the
         # policy given (which is returned as it is if it decides edges already).
         self.policy = with_edges(policy)
@@ -168,7 +197,7 @@ class Server(PublisherBase):
         self.max_streams = max_streams
         self.prefetch = prefetch
         self.max_buffered = max_buffered
-        self.output_capacity = output_capacity
+        self.subscriber_lag = subscriber_lag
         self.out_dir = out_dir
         self.part_events = part_events
         self.part_seconds = part_seconds
@@ -180,23 +209,27 @@ class Server(PublisherBase):
         self.min_credit = min_credit
         self.max_drift = max_drift    # alignment through demand (TS §4.6): a device ahead
         self.idle_after = idle_after  # gets credit later; idleness (TS §4.7)
+        self.keep_positions = keep_positions
         self.name = name
         if checkpoint_every is not None and (checkpoint is None or not checkpoint_every > 0):
             raise InputError(f"{name}: checkpoint_every={checkpoint_every!r}; expected a "
                              "positive number of seconds, with a checkpoint file")
         self.checkpoint = None if checkpoint is None else os.fspath(checkpoint)
+        if self.checkpoint is not None and checkpoint_every is None:
+            checkpoint_every = DEFAULT_CHECKPOINT_EVERY
         self.checkpoint_every = checkpoint_every
+        self.durability = Durability(name=name, out_dir=out_dir, checkpoint=self.checkpoint,
+                                     part_events=part_events, part_seconds=part_seconds,
+                                     keep_positions=keep_positions)
+        self.ledger = self.durability.ledger
         self.restored = False          # start() continued from the checkpoint file
-        self.checkpoints = 0           # checkpoints written
-        self.checkpoint_misses = 0     # times the union had no cut to offer within a second
-        self._saver: asyncio.Task[None] | None = None
+        self._committer: asyncio.Task[None] | None = None
         self.admission = Admission(tokens, max_connections=max_connections,
                                    max_pending=max_pending, setup_timeout=self.setup_timeout)
         self.union: Union | None = None         # built by start()
         self.output: ServerOutput | None = None  # built by start()
-        self.sink: RollingFileSink | None = None
-        self.late_sink: RollingFileSink | None = None
         self._venue: Venue | None = None
+        self._ending: list[DeviceStream] = []  # ended by their device, last durable to come
         self._limits = Limits(max_frame, max_streams, self.idle_timeout, self.setup_timeout,
                               outbox_bytes)
         self._tally = Tally()
@@ -207,10 +240,22 @@ class Server(PublisherBase):
         self.ws_address: tuple[str, int] | None = None
         self.tcp_address: tuple[str, int] | None = None
 
+    @property
+    def checkpoints(self) -> int:
+        """Checkpoints written."""
+        return self.durability.checkpoints
+
+    @property
+    def checkpoint_misses(self) -> int:
+        """Commits that could not be made (no cut within a second, a write error)."""
+        return self.durability.misses
+
     # ---------------------------------------------------------------- lifecycle
     async def start(self, *, ws: tuple[str, int] | None = None,
                     tcp: tuple[str, int] | None = None) -> Server:
-        """Build the union and listen on ``ws`` and/or ``tcp`` (port 0: an ephemeral port)."""
+        """Build the union (restored from the checkpoint, if there is one: its out-dir
+        checked first, ``CheckpointError`` otherwise, nothing touched) and listen on ``ws``
+        and/or ``tcp`` (port 0: an ephemeral port)."""
         if ws is None and tcp is None:
             raise InputError(f"{self.name}: nothing to listen on; expected ws=(host, port) "
                              "and/or tcp=(host, port)")
@@ -218,28 +263,17 @@ class Server(PublisherBase):
         config: dict[str, Any] = dict(prefetch=self.prefetch, max_buffered=self.max_buffered,
                       final_cti=self.final_cti, executor=executor, min_credit=self.min_credit,
                       max_drift=self.max_drift, idle_after=self.idle_after, name=self.name)
-        if self.checkpoint is not None and os.path.exists(self.checkpoint):
-            with open(self.checkpoint, "rb") as f:
-                data = f.read()
-            # TS §8.1: devices re-attach by name as they publish again (union.add)
-            union = self.union = Union.restore(data, policy=self.policy, **config)
-            self.restored = True
-        else:
-            union = self.union = Union(self.policy, **config)
-        output = self.output = ServerOutput(self.output_capacity, executor=executor,
-                                            name=self.name)
+        durability = self.durability
+        union = self.union = durability.start(self.policy, config)
+        self.restored = durability.restored
+        output = self.output = ServerOutput(self.subscriber_lag, executor=executor,
+                                            name=self.name, writer=durability.events,
+                                            position=durability.position)
+        durability.output_position = lambda: output.position
         assert output.batch is not None
         union.batches(output.batch).subscribe(output)
-        self._venue = Venue(self.admission, union, output, self._forget)
-        if self.out_dir is not None:
-            self.sink = RollingFileSink(self.out_dir, prefix="events",
-                                        max_events=self.part_events,
-                                        max_seconds=self.part_seconds)
-            output.elements().subscribe(self.sink)
-            self.late_sink = RollingFileSink(self.out_dir, prefix="late",
-                                             max_events=self.part_events,
-                                             max_seconds=self.part_seconds)
-            union.late.subscribe(self.late_sink)
+        self._venue = Venue(self.admission, union, output, self._forget, self.ledger,
+                            self._ending)
         if ws is not None:
             from websockets.asyncio.server import serve
 
@@ -257,38 +291,42 @@ class Server(PublisherBase):
                                                       limit=READER_LIMIT)
             self._listeners.append(tcp_listener)
             self.tcp_address = tcp_listener.sockets[0].getsockname()[:2]
-        if self.checkpoint_every is not None:
-            self._saver = asyncio.create_task(self._save_every(self.checkpoint_every))
+        every = self.checkpoint_every if self.checkpoint is not None else TICK
+        assert every is not None
+        self._committer = asyncio.create_task(self._commit_every(every))
         return self
 
     # ---------------------------------------------------------------- checkpoints
     async def save_checkpoint(self, timeout: float = 1.0) -> bool:
-        """Write the union's checkpoint to the checkpoint file (atomically, durably). The
-        union offers a cut between arrivals once what it has taken is merged: tried as the
-        loop turns for up to ``timeout`` s; False (counted in ``checkpoint_misses``, the file
-        left as it was) if it had none."""
-        union = self.union
-        if self.checkpoint is None or union is None:
+        """Commit now: write the union's checkpoint (atomically, durably), with the parts
+        and positions it covers, publish the parts, tell the devices. The union offers a cut
+        between arrivals once what it has taken is merged: tried as the loop turns for up to
+        ``timeout`` s; False (counted in ``checkpoint_misses``, the file left as it was) if
+        it had none."""
+        if self.checkpoint is None or self.union is None:
             raise ClosedError(f"{self.name}: no checkpoint file, or not started")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                data = union.checkpoint()
-                break
-            except CheckpointError:
-                if loop.time() >= deadline:
-                    self.checkpoint_misses += 1
-                    return False
-                await asyncio.sleep(0.002)
-        await asyncio.to_thread(write_atomic, self.checkpoint, data)
-        self.checkpoints += 1
+        return await self.commit(timeout)
+
+    async def commit(self, timeout: float = 1.0) -> bool:
+        """A commit (``durability``): with a checkpoint file, ``save_checkpoint``; without
+        one, the outputs flushed and the positions of what is merged raised. Then the
+        subscribers and the devices are told what is durable."""
+        record = await self.durability.commit(timeout)
+        if record is None:
+            return False
+        position = self.durability.durable_position
+        for stream in self._streams(OutputStream):
+            stream.on_durable(position)
+        self._ending[:] = [s for s in self._ending if not s.ended_durable()]
         return True
 
-    async def _save_every(self, seconds: float) -> None:
+    async def _commit_every(self, seconds: float) -> None:
         while True:
             await asyncio.sleep(seconds)
-            await self.save_checkpoint()
+            # Shielded: cancelled at shutdown, a commit under way still ends (its checkpoint
+            # write runs in a thread), and the last commit waits for it, so no older
+            # checkpoint is ever renamed over a newer one.
+            await asyncio.shield(self.commit())
 
     @property
     def ws_url(self) -> str | None:
@@ -302,16 +340,29 @@ class Server(PublisherBase):
 
     def subscribe(self, subscriber: Any) -> None:
         """Subscribe locally to the merged output, one event at a time (shared with remote
-        subscribers; signals come on the server's loop). Any thread."""
+        subscribers; signals come on the server's loop). Any thread. A subscriber more than
+        ``subscriber_lag`` events behind gets ``on_error(TooSlowError)``."""
         check_subscriber(subscriber)  # RS §1.9
         if self.output is None:
             raise ClosedError(f"{self.name}: not started; call await start(...) first")
         self.output.elements().subscribe(subscriber)
 
+    def on_durable(self, callback: Callable[[Mapping[str, int]], None]) -> Callable[[], None]:
+        """Call ``callback({device: position})`` with the positions that became durable,
+        after each checkpoint (without one, as the outputs take what is merged): how a way
+        in acknowledges what its devices sent. Returns the function that stops it."""
+        return self.ledger.listen(callback)
+
     async def close(self, timeout: float = 10.0) -> bool:
-        """Stop listening, remove every device input (``cancel`` frames), close the union and
-        wait (up to ``timeout`` s) until its output has ended — every subscriber told, every
-        file part published — then close the connections.
+        """Stop listening and end every device stream, then end the output in order — every
+        subscriber told, every file part published — and close the connections.
+
+        Without a checkpoint: the device inputs are removed (``cancel`` frames), the union
+        closes, and the output ends with it. With one: the device inputs are removed (a
+        protocol-2 device is told ``closing`` and comes back from its position), restored
+        inputs no device re-attached are completed, keeping their positions, and once their
+        leaves are merged the last checkpoint is written — the union is not closed: time
+        continues at the next start — and publishes the last parts.
 
         Returns True if the output ended in order within ``timeout``. Otherwise remote
         subscribers still behind are cut off, the local outputs get one more second to end,
@@ -320,25 +371,38 @@ class Server(PublisherBase):
         if self.admission.closing:
             return True
         self.admission.closing = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         for listener in self._listeners:
             if isinstance(listener, asyncio.Server):
                 listener.close()
             else:  # websockets: stop accepting, but let the connections end in order
                 listener.close(close_connections=False)
         for stream in self._streams(DeviceStream):
+            stream.closing = True
             if stream.handle is not None:
                 stream.handle.remove()
         ended = True
-        if self._saver is not None:
-            self._saver.cancel()
-            await asyncio.gather(self._saver, return_exceptions=True)
-        if self.checkpoint is not None and self.union is not None:
-            # TS §8.1: once the devices' leaves are merged, before the union closes
-            await self.save_checkpoint(timeout)
-        if self.union is not None:
-            self.union.close()
-            ended = await bounded(self._until(self._output_ended), timeout)
-            if not ended:
+        if self._committer is not None:
+            self._committer.cancel()
+            await asyncio.gather(self._committer, return_exceptions=True)
+        union, output = self.union, self.output
+        if union is not None and output is not None:
+            if self.checkpoint is not None:
+                for name in union.detached():  # they keep their positions (the ledger)
+                    union.open_input(name).complete()
+                self.durability.close_parts()
+                ended = await self.commit(max(0.1, deadline - loop.time()))
+                output.end()
+            else:
+                union.close()
+                ended = await bounded(self._until(self._union_done), deadline - loop.time())
+                self.durability.finish()
+            if await bounded(self._until(self._output_ended), deadline - loop.time()):
+                if self.checkpoint is None:
+                    await self.commit()  # the last durable frames: all is merged now
+            else:
+                ended = False
                 for stream in self._streams(OutputStream):
                     stream.conn.transport.abort()  # its read loop ends, its streams leave
                 await bounded(self._until(self._output_ended), 1.0)
@@ -361,12 +425,16 @@ class Server(PublisherBase):
         return [stream for conn in list(self._connections)
                 for stream in list(conn.streams.values()) if isinstance(stream, kind)]
 
+    def _union_done(self) -> bool:
+        union = self.union
+        return union is not None and union.stats().done
+
     def _output_ended(self) -> bool:
-        """The union is done, and every member of its output has taken all and ended (a
+        """The output has ended, and every member of it has taken all and ended (a
         subscribe stream: sent all it held, and ``complete``)."""
-        union, output = self.union, self.output
-        return union is not None and output is not None and union.stats().done \
-            and output.stats().subscribers == 0 and not self._streams(OutputStream)
+        output = self.output
+        return output is not None and output.ended and output.stats().subscribers == 0 \
+            and not self._streams(OutputStream)
 
     async def _until(self, predicate: Any) -> None:
         """Wait on the loop until ``predicate()`` holds (checked as the loop turns)."""
@@ -425,6 +493,7 @@ class Server(PublisherBase):
         admission = self.admission
         output = self.output
         out = output.stats() if output is not None else None
+        durability = self.durability
         return ServerStats(
             connections=conns, connections_total=self._total,
             connections_refused=admission.refused, auth_failures=admission.auth_failures,
@@ -440,11 +509,17 @@ class Server(PublisherBase):
             union=self.union.stats() if self.union is not None else None,
             output_buffered=out.buffered if out is not None else 0,
             output_peak=out.peak if out is not None else 0,
-            output_capacity=self.output_capacity,
-            files=self.sink.stats() if self.sink is not None else None,
+            subscriber_lag=self.subscriber_lag,
+            files=durability.events.stats() if durability.events is not None else None,
             pending=len(admission.pending), max_pending=self.max_pending,
             setup_evictions=admission.evictions, outbox_bytes=self.outbox_bytes,
-            checkpoints=self.checkpoints, checkpoint_misses=self.checkpoint_misses)
+            checkpoints=self.checkpoints, checkpoint_misses=self.checkpoint_misses,
+            subscribers_cut=out.cut if out is not None else 0,
+            position=output.position if output is not None else durability.position,
+            durable_position=durability.durable_position,
+            duplicates=tally.duplicates, devices=len(self.ledger),
+            keep_positions=self.keep_positions,
+            late_files=durability.late.stats() if durability.late is not None else None)
 
     def __repr__(self) -> str:
         return f"Server({self.policy!r}, ws={self.ws_url}, tcp={self.tcp_url})"

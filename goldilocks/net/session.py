@@ -19,6 +19,7 @@ from engine.errors import ClosedError, InputError
 from goldilocks.net.admission import Admission
 from goldilocks.net.connection import Connection, bounded
 from goldilocks.net.devices import DevicePublisher, DeviceStream
+from goldilocks.net.ledger import Ledger
 from goldilocks.net.output import OutputStream, ServerOutput
 from goldilocks.net.protocol import (
     FAILED,
@@ -52,12 +53,16 @@ _NOT_ON_PUBLISH = {"request": "on a publish stream the server grants the credit"
 @dataclass(frozen=True, slots=True)
 class Venue:
     """What a server's connections share: who gets in, the union device streams feed, the
-    output subscribe streams join, and how a connection that ended is let go."""
+    output subscribe streams join, how a connection that ended is let go, the devices'
+    positions, and the device streams ended by their device whose last ``durable`` frame is
+    still to come (``ending``)."""
 
     admission: Admission
     union: Union
     output: ServerOutput
     forget: Callable[[Connection], None]
+    ledger: Ledger
+    ending: list[DeviceStream]
 
 
 class Session:
@@ -152,9 +157,10 @@ class Session:
         conn = self.conn
         self.venue.admission.set_up(conn, frame.token)
         conn.authenticated = True
+        conn.version = frame.version  # the client's: a version-1 client gets no durable frame
         limits = conn.limits
         conn.transport.stall_timeout = limits.idle_timeout
-        conn.write(encode_ok(VERSION, max_frame=limits.max_frame,
+        conn.write(encode_ok(frame.version, max_frame=limits.max_frame,
                              idle_timeout=limits.idle_timeout,
                              keepalive=limits.idle_timeout / 3, max_batch=MAX_BATCH,
                              max_streams=limits.max_streams, max_depth=MAX_DEPTH))
@@ -204,14 +210,17 @@ class Session:
                                     "with cancel", stream=sid)
             elif ftype == "complete":
                 stream.on_complete_frame()
+                if stream.final is not None:  # its last durable frame is still to come
+                    self.venue.ending.append(stream)
             else:
                 stream.on_error_frame(frame)
         elif ftype == "publish" or ftype == "subscribe":
             self._open(frame)
-        else:  # setup, ok
+        else:  # setup, ok, durable
             raise ProtocolError("out_of_order", f"{ftype} frame after setup; expected "
                                 "publish, subscribe, request, cancel, next, complete, error "
-                                "or keepalive")
+                                "or keepalive" + (" (durable frames come from the server)"
+                                                  if ftype == "durable" else ""))
 
     def _late(self, sid: int, ftype: str) -> None:
         if not self.conn.has_ended(sid):
@@ -237,11 +246,16 @@ class Session:
             conn.write(encode_error(sid, "closing", "the server is shutting down"))
             return
         if frame.type == "subscribe":
-            out = OutputStream(conn, sid)
+            out = OutputStream(conn, sid, venue.output)
             conn.streams[sid] = out
-            venue.output.subscribe(out)
+            why = out.start(frame.first)
+            if why is not None:
+                del conn.streams[sid]
+                out.state = FAILED
+                conn.tally.error("bad_position")
+                conn.write(encode_error(sid, "bad_position", why))
             return
-        stream = DeviceStream(conn, sid, frame.device or "")
+        stream = DeviceStream(conn, sid, frame.device or "", venue.ledger)
         conn.streams[sid] = stream
         try:
             # Credit flows through the publisher's subscription (the union's request(n) goes
@@ -250,5 +264,7 @@ class Session:
         except (InputError, ClosedError) as err:
             del conn.streams[sid]
             stream.state = FAILED
+            stream._stop_watching()
             code = "name_in_use" if isinstance(err, InputError) else "closing"
+            conn.tally.error(code)
             conn.write(encode_error(sid, code, str(err)))

@@ -56,8 +56,12 @@ def _stage_type(stage: Any, name: str) -> str:
     for kind, classes in _STAGES.items():
         if isinstance(stage, classes):
             return kind
+    named = getattr(stage, "checkpoint_kind", None)
+    if isinstance(named, str) and named and named not in _STAGES:
+        return named  # a stage of another package: it names its kind itself
     raise TypeError(f"checkpoint: stage {name!r} is a {type(stage).__name__}; expected "
-                    "Windows, a window operator (tumbling, hopping) or a ReorderBuffer")
+                    "Windows, a window operator (tumbling, hopping), a ReorderBuffer, or an "
+                    "object with a checkpoint_kind and snapshot()/load(state, where)")
 
 
 def take(name: str, config: dict[str, Any], policy: Policy, intake: Intake, merge: Merge,

@@ -174,7 +174,16 @@ class Input:
 
     # ---------------------------------------------------------------- arrivals
     def accept(self, event: Any) -> Event:
-        """Account for one arriving event and stamp it with this input's name."""
+        """Account for one arriving event and stamp it with this input's name.
+
+        An arrival the union cannot take (not an ``Event``; an edge under a policy that does
+        not decide edges) is refused before it is counted: a refused ``try_send``, ``send`` or
+        ``send_blocking`` uses no credit and changes no count (TS §3.4)."""
+        if event.__class__ is not Event:
+            raise TypeError(f"union input {self.name!r} sent {type(event).__name__} "
+                            f"{event!r}; expected an engine.Event")
+        if event.id is not None and not self.intake.edges:
+            raise _no_edges(self.name, event)
         received = self.received + 1
         if received > self.requested:
             report_violation("RS §1.1", f"union input {self.name!r} sent event {received} but "
@@ -183,11 +192,6 @@ class Input:
         buffered = received - self.processed
         if buffered > self.peak:
             self.peak = buffered
-        if event.__class__ is not Event:
-            raise TypeError(f"union input {self.name!r} sent {type(event).__name__} "
-                            f"{event!r}; expected an engine.Event")
-        if event.id is not None and not self.intake.edges:
-            raise _no_edges(self.name, event)
         if self.tracking:
             self.saw(event)
         if event.source != self.name:
@@ -207,12 +211,15 @@ class Input:
                 for event in events:
                     self.saw(event)
             return events
+        edges = self.intake.edges
         for i, event in enumerate(events):
             if event.__class__ is not Event:
                 if event is None:
                     raise TypeError(f"{who}() requires events, got None at position {i}")
                 raise TypeError(f"union input {self.name!r} sent {type(event).__name__} "
                                 f"{event!r} at position {i}; expected an engine.Event")
+            if event.id is not None and not edges:
+                raise _no_edges(self.name, event)
         return [self.accept(e) for e in events]
 
     def arrived(self, n: int) -> None:

@@ -172,6 +172,39 @@ class TestMulticastOnPool(TestMulticast):
         return multicast
 
 
+class _Connected:
+    """A live multicast of bounded lag whose upstream is connected when the first subscriber
+    joins (a live multicast takes from upstream at once, and with nobody there lets it go):
+    what the kit checks is the members' side, within the bound (``capacity`` holds every
+    element, so none is cut off)."""
+
+    def __init__(self, upstream, capacity: int, batch: int | None = None) -> None:
+        self.multicast = Multicast(capacity=capacity, batch=batch, live=True, max_lag=True)
+        self.upstream = upstream
+
+    def subscribe(self, subscriber):
+        self.multicast.subscribe(subscriber)
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.subscribe(self.multicast)
+
+
+class TestMulticastBoundedLag(PublisherVerification):
+    hot = True
+    max_elements = 4096  # live: it never cancels upstream, so no endless upstream here
+
+    def create_publisher(self, elements):
+        return _Connected(from_iterable(range(elements)), max(elements, 16))
+
+    def create_failed_publisher(self):
+        return _Connected(failed(RuntimeError("failed on purpose")), 16)
+
+
+class TestMulticastBoundedLagOnPool(TestMulticastBoundedLag):
+    def create_publisher(self, elements):
+        return _Connected(from_iterable(range(elements), executor=POOL), max(elements, 16))
+
+
 class Chunks:
     """``range(elements)`` in lists of ``size`` (the last one shorter), made as they are
     asked for: a batch-mode multicast's upstream."""

@@ -115,12 +115,20 @@ def test_offset_of_a_day_or_more_is_refused_as_a_time_error(text):
     assert "expected an offset between -23:59 and +23:59" in message
 
 
-@pytest.mark.parametrize("value, type_name", [(1.5, "float"), (None, "NoneType"),
+@pytest.mark.parametrize("value, type_name", [(None, "NoneType"),
                                               (dt.date(2026, 11, 22), "date")])
 def test_other_types_are_refused(value, type_name):
     message = _error(to_ns, value)
     assert f"{value!r} of type {type_name} is not an instant" in message
     assert "expected int nanoseconds" in message
+
+
+def test_a_float_instant_is_refused_saying_an_int_is_nanoseconds():
+    # time.time() gives seconds as a float: say what an int instant is and how to convert
+    message = _error(to_ns, 1795334400.123, what="point event time")
+    assert message.startswith("point event time: 1795334400.123 is a float; an instant is int "
+                              "nanoseconds since the epoch (time.time_ns(), not time.time())")
+    assert "datetime.fromtimestamp(t, timezone.utc)" in message
 
 
 def test_bool_is_refused():
@@ -330,3 +338,10 @@ def test_format_duration_ns_round_trips(ns):
 def test_aware_datetime_and_its_iso_string_agree(value):
     assert to_ns(value) == to_ns(value.isoformat())
     assert to_ns(value) == to_ns(pendulum.instance(value))
+
+
+@pytest.mark.parametrize("text", ["2026-11-22T08:00:00z", "2026-11-22t08:00:00Z",
+                                  "2026-11-22t08:00:00z", "2026-11-22 08:00:00z"])
+def test_lower_case_t_and_z_are_read_as_rfc_3339_allows(text):
+    # event-log.md lists 'z' among the accepted forms
+    assert to_ns(text) == T0

@@ -194,3 +194,29 @@ def test_serve_usage_errors_exit_2_naming_the_argument(tmp_path, capsys):
         assert words in err and len(err.splitlines()) == 1, err
     assert main(["serve", "--listen", "127.0.0.1:0", "--token-file",
                  str(tmp_path / "missing.txt")]) == 1  # an input it cannot read
+
+
+def test_a_restarted_server_goes_on_with_the_parts_numbers_and_seq(tmp_path):
+    """Before, a restart (without a checkpoint) numbered its parts after the last one but
+    began seq at 0 again, so the parts read together interleaved the two runs."""
+    from operators import goldilocks
+
+    from tests.net.netsupport import TOKEN as NET_TOKEN
+    from tests.net.netsupport import start_server
+
+    async def once(first: int) -> None:
+        server = await start_server(goldilocks("1s"), out_dir=str(tmp_path), final_cti=False)
+        client = await connect(server.tcp_url, token=NET_TOKEN)
+        events = [Event.point(10**18 + first + i, {"i": first + i}) for i in range(5)]
+        assert await client.publish(from_iterable(events), device="d").wait(10) \
+            == "completed"
+        await client.close()
+        assert await server.close()
+
+    run(once(0))
+    run(once(5))
+    lines = [line for part in sorted(tmp_path.glob("events-*.jsonl"))
+             for line in part.read_text().splitlines()]
+    assert len(lines) == 10
+    assert [f'"seq":{n},' in line and f'"i":{n}' in line for n, line in enumerate(lines)] \
+        == [True] * 10

@@ -124,5 +124,5 @@ def test_every_example_frame_in_the_doc_is_one_the_codec_reads():
                                    with_source=frame.stream == 2)
             kinds.update(e.kind for e in events)
     assert types == {"setup", "ok", "publish", "request", "next", "complete", "subscribe",
-                     "cancel", "error", "keepalive"}
+                     "cancel", "error", "keepalive", "durable"}
     assert kinds == {"point", "cti", "start", "end"}

@@ -165,3 +165,32 @@ def test_collect_over_a_background_loop_gives_the_same_events():
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_a_device_publishing_epoch_seconds_is_refused_not_silently_late():
+    """TS §1.6: ``Event.point(1795334401)`` (epoch seconds, taken as nanoseconds in Python) is
+    refused where it enters the server, naming the unit it looks like; before, the stream
+    completed and its events were late without a word."""
+    from engine import from_iterable
+
+    async def scenario():
+        server = await start_server(goldilocks("1m"))
+        client = await connect(url_of(server, "tcp"), token=TOKEN)
+        with_list = None
+        try:
+            client.publish([Event.point(1)], device="list")
+        except TypeError as err:
+            with_list = str(err)
+        client.publish(from_iterable([Event.point(1_795_334_401, 20.5)]), device="thermo-1")
+        await asyncio.wait_for(client.done.wait(), 5)  # the server closes the connection
+        stats = server.stats()
+        error = client.stats().error
+        await client.close()
+        await server.close()
+        return with_list, error, stats
+
+    with_list, error, stats = run(scenario())
+    assert "publish engine.from_iterable(events)" in with_list
+    assert error.code == "malformed"
+    assert "1795334401 looks like seconds since the epoch (2026-11-22T08:00:01Z)" in str(error)
+    assert stats.events_received == 0 and stats.errors("malformed") == 1

@@ -35,6 +35,10 @@ from tests.net.netsupport import (
     url_of,
 )
 
+#: today's instants: a device's times that look like epoch seconds or milliseconds (a relative
+#: clock between 0.95 s and 4.1 s, for one) are refused where they enter (TS §1.6)
+T0 = 1_795_334_400 * 10**9
+
 
 class NONE:
     received = 0
@@ -47,8 +51,9 @@ async def _healthy(server, transport: str, name: str, start: int = 0, count: int
     before = server.stats().events_received
     publication = client.publish(from_iterable(points(range(start, start + count))),
                                  device=name)
-    assert await publication.wait(5) == "completed"
-    await until(lambda: server.stats().events_received == before + count)
+    assert await publication.wait(5) == "completed"  # every event durable: merged
+    assert (input_of(server, name) or NONE).received == count
+    assert server.stats().events_received >= before + count
     await client.close()
 
 
@@ -94,14 +99,13 @@ def test_tokens_are_compared_in_constant_time_against_every_accepted_token():
     assert "hmac.compare_digest" in inspect.getsource(Admission.check_token)
 
 
-def test_a_server_without_room_for_its_output_refuses_to_start():
-    """Before, output_capacity=0 was taken, and the server never asked the union for
-    anything: devices were granted their first credit and then nothing more."""
+def test_a_server_without_room_for_its_subscribers_refuses_to_start():
+    """A subscriber lag of 0 would cut every subscriber off at its first event."""
     from engine.errors import InputError
     from goldilocks.net.server import Server
 
-    with pytest.raises(InputError, match="output_capacity=0"):
-        Server(max_policy(), tokens=["t"], output_capacity=0)
+    with pytest.raises(InputError, match="subscriber_lag=0"):
+        Server(max_policy(), tokens=["t"], subscriber_lag=0)
 
 
 def test_a_server_without_tokens_refuses_to_start():
@@ -230,53 +234,79 @@ def test_a_publication_passes_its_credit_on_in_steps_and_never_beyond_it(transpo
     run(scenario())
 
 
-def test_a_slow_consumer_slows_the_device_end_to_end():
+def test_a_slow_subscriber_no_longer_slows_the_device_and_comes_back_from_its_position(
+        tmp_path):
+    """Before, a subscriber that stopped requesting held the output, the union and so the
+    device (it had sent 74 of 10,000 events). Now the device and the files go on; the
+    subscriber is cut off once it is more than subscriber_lag events behind, told its
+    position, and takes the rest up from there — from the files, as memory has moved on."""
     async def scenario():
         server = await start_server(max_policy(), prefetch=16, max_buffered=64,
-                                    output_capacity=32, final_cti=False)
+                                    subscriber_lag=32, final_cti=False, out_dir=str(tmp_path))
         watcher = await connect(server.ws_url, token=TOKEN)
         taken: list[Event] = []
-        gate = asyncio.Event()
+        ended: list[BaseException] = []
 
         class Slow:
             def on_subscribe(self, s):
-                self.s = s
-                s.request(10)
+                s.request(10)  # and never more
 
             def on_next(self, e):
                 taken.append(e)
-                if len(taken) == 10:
-                    gate.set()
 
             def on_error(self, e):
-                pass
+                ended.append(e)
 
             def on_complete(self):
                 pass
 
-        slow = Slow()
-        watcher.output(prefetch=10).subscribe(slow)
+        watcher.output(prefetch=10).subscribe(Slow())
         await until(lambda: any(c.streams for c in server.stats().connections))
         device = await connect(server.tcp_url, token=TOKEN)
         publication = device.publish(from_iterable(points(range(10_000))), device="fast",
                                      batch=4)
-        await gate.wait()
-        # Credit runs out: the union holds its prefetch, the fan-out its capacity.
-        await until(lambda: server.stats().union.input("fast").buffered == 16)
-        sent = publication.sent
-        assert sent <= 10 + 32 + 16 + 16, sent
-        assert publication.granted == sent  # the device used its credit and waits
-        slow.s.request(10_000)
-        await until(lambda: len(taken) == 10_000, timeout=10)
-        assert [e.start for e in taken] == list(range(10_000))
-        assert await publication.wait(5) == "completed"
+        assert await publication.wait(10) == "completed"  # not held back
+        await until(lambda: ended, timeout=10, what="the slow subscriber cut off")
+        error = ended[0]
+        assert isinstance(error, RemoteError) and error.code == "too_slow"
+        assert "--subscriber-lag 32" in str(error) and error.position == len(taken) == 10
         stats = server.stats()
-        assert stats.union.peak_buffered <= 64 and stats.output_peak <= 32
+        assert stats.subscribers_cut == 1 and stats.errors("too_slow") == 1
+        assert stats.union.peak_buffered <= 64 and stats.output_peak <= 32 + 16
+        rest = await collect_output(watcher, error.position, 10_000 - 10)
+        assert [e.start for e in taken + rest] == list(range(10_000))
         await device.close()
         await watcher.close()
         await server.close()
 
     run(scenario())
+
+
+async def collect_output(client, start: int, count: int) -> list[Event]:
+    """``count`` events of the merged stream from position ``start``."""
+    got: list[Event] = []
+    done = asyncio.Event()
+
+    class Taker:
+        def on_subscribe(self, s):
+            s.request(count)
+
+        def on_next(self, e):
+            got.append(e)
+            if len(got) == count:
+                done.set()
+
+        def on_error(self, e):
+            got.append(e)
+            done.set()
+
+        def on_complete(self):
+            done.set()
+
+    client.output(prefetch=1024, start=start).subscribe(Taker())
+    await asyncio.wait_for(done.wait(), 20)
+    assert all(isinstance(e, Event) for e in got), got[-1]
+    return got
 
 
 # ------------------------------------------------------------------------------ bad frames
@@ -330,7 +360,7 @@ async def _forever():
     while True:
         await asyncio.sleep(0.05)
         t += 1
-        yield Event.point(10**12 + t)
+        yield Event.point(T0 + t)
 
 
 def test_oversized_frames_are_refused_on_both_transports():
@@ -422,7 +452,7 @@ def test_hundreds_of_connections_joining_and_leaving_are_accounted_exactly():
     for i in range(240):
         kind = "overrun" if i % 40 == 7 else "abort" if i % 12 == 5 else "clean"
         plans.append((f"dev-{i}", rng.choice(["ws", "tcp"]), kind,
-                      [rng.randint(0, 2000) * 10**6 for _ in range(rng.randint(1, 40))]))
+                      [T0 + rng.randint(0, 2000) * 10**6 for _ in range(rng.randint(1, 40))]))
 
     async def device(server, name, transport, kind, times):
         if kind == "overrun":
@@ -448,7 +478,7 @@ def test_hundreds_of_connections_joining_and_leaving_are_accounted_exactly():
 
     async def scenario():
         server = await start_server(goldilocks("500ms"), prefetch=16, max_buffered=512,
-                                    output_capacity=256, max_connections=300)
+                                    subscriber_lag=256, max_connections=300)
         results = await asyncio.gather(*(device(server, *plan) for plan in plans))
         await until(lambda: not server.stats().connections, what="every connection gone")
         await until(lambda: server.stats().union.buffered == 0)

@@ -14,6 +14,7 @@ from engine.event import Event
 from engine.times import MAX_TIME
 from goldilocks.net.protocol import (
     MAX_BATCH,
+    VERSION,
     ProtocolError,
     decode_events,
     decode_frame,
@@ -46,7 +47,7 @@ def test_every_frame_round_trips():
     assert (err.code, err.message, err.stream) == ("overrun", "too many", 0)
     assert decode_frame(encode_keepalive()).type == "keepalive"
     setup = decode_frame(encode_setup("secret-token"))
-    assert setup.token == "secret-token" and setup.version == 1
+    assert setup.token == "secret-token" and setup.version == VERSION
     assert decode_frame(encode_ok(1, max_frame=10)).info == {"max_frame": 10}
 
 
@@ -114,6 +115,25 @@ def test_bad_events_are_refused_naming_the_event(row, words):
     with pytest.raises(ProtocolError) as info:
         decode_events([["point", 0, None, None], row], "A", stream=4)
     assert "event 1 on stream 4" in str(info.value) and words in str(info.value)
+
+
+@pytest.mark.parametrize("row, unit, words", [
+    (["point", 1_795_334_400_123, None, None], "milliseconds", "2026-11-22T08:00:00.123Z"),
+    (["cti", 1_795_334_401, None, None], "seconds", "2026-11-22T08:00:01Z"),
+    (["interval", 0, 1_795_334_400_123_456, None], "microseconds",
+     "2026-11-22T08:00:00.123456Z"),
+])
+def test_times_implausible_as_nanoseconds_are_refused_naming_the_unit(row, unit, words):
+    # TS §1.6: a device publishing Event.point(1795334400.123 s as ms) would be silently late
+    with pytest.raises(ProtocolError) as info:
+        decode_events([["point", 1_795_334_400 * 10**9, None, None], row], "A", stream=4)
+    message = str(info.value)
+    assert info.value.code == "malformed"
+    assert "event 1 on stream 4" in message and f"looks like {unit} since the epoch" in message
+    assert words in message and "not nanoseconds" in message
+    # whole seconds as nanoseconds (a relative clock) and today's nanoseconds pass
+    assert decode_events([["point", 2_000_000_000, None, None],
+                          ["point", 1_795_334_400_123_456_789, None, None]], "A")
 
 
 def test_edges_of_time_are_accepted():

@@ -298,3 +298,46 @@ def test_lag_of_an_input_that_ended_time_itself_is_measured_against_the_last_cti
     union.close()
     (stats,) = union.stats().inputs
     assert stats.last_cti == MAX_TIME and stats.lag == -5 * MINUTE
+
+
+def test_stats_and_policies_show_times_and_durations_readably_and_document_their_fields():
+    """The reprs of stats and policies show instants as RFC 3339 text and durations as
+    '2s', not raw nanoseconds; help() on the stats types explains every field."""
+    import pydoc
+
+    from engine import CallbackSubscriber, Event
+    from operators import Union, goldilocks, quantile_policy
+    from operators.union.stats import InputStats, UnionStats
+
+    union = Union(goldilocks("2s"), max_drift="2s", idle_after=5)
+    union.subscribe(CallbackSubscriber(lambda e: None))
+    a, b = union.open_input("A"), union.open_input("B")
+    a.try_send(Event.cti("2026-11-22T08:00:10Z"))
+    b.try_send(Event.cti("2026-11-22T08:00:05Z"))
+    text = repr(union.stats())
+    assert "output_cti='2026-11-22T08:00:08Z'" in text
+    assert "max_drift='2s', idle_after='5s'" in text
+    assert "last_cti='2026-11-22T08:00:10Z', lag='-2s'" in text  # A: ahead of the output
+    assert "lag='3s'" in text
+    assert "1795334" not in text  # no raw nanoseconds anywhere
+    assert repr(union) == "Union(goldilocks(delay='2s', on_late='drop'), inputs=2)"
+    assert repr(goldilocks("5m", max_ahead="1m")) == \
+        "goldilocks(delay='5m', on_late='drop', max_ahead='1m')"
+    assert repr(quantile_policy(2, "90s")) == "quantile(k=2, delay='1m30s', on_late='drop')"
+    for cls, fields in ((InputStats, ("lag", "progress", "discarded", "prefetch")),
+                        (UnionStats, ("output_cti", "max_drift", "floor", "forgotten"))):
+        doc = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+        for name in fields:
+            assert f"``{name}``" in doc, (cls.__name__, name)
+    assert "positive: behind, negative: ahead" in " ".join(InputStats.__doc__.split())
+
+
+def test_replay_stats_show_times_and_durations_readably():
+    from pathlib import Path
+
+    from goldilocks.replay import replay
+
+    fleet = Path(__file__).resolve().parents[2] / "examples" / "data" / "fleet.jsonl"
+    text = repr(replay([fleet]))
+    assert "delay='5m'" in text and "final_cti='2026-11-22T08:34:32.734Z'" in text
+    assert "1795334" not in text

@@ -4,6 +4,7 @@ input holds some credit at once, however much the others hold unused."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,3 +97,68 @@ def test_ts_4_4_and_4_5_hold_as_inputs_come_go_and_spend(ops, prefetch, max_buff
     stats = union.stats()
     assert stats.peak_buffered <= max_buffered + min_credit * opened
     assert stats.received == stats.emitted == t
+
+
+# -- a refused send changes nothing (TS §3.4, §4.4) ------------------------------------------
+
+def _refused_sends(emitter, bad, how: str, times: int) -> None:
+    """``times`` calls that are refused (``bad`` is not an event the union takes), by a
+    producer that logs the error and carries on."""
+    import asyncio
+
+    from engine.errors import InputError
+
+    for _ in range(times):
+        try:
+            if how == "try_send":
+                emitter.try_send(bad)
+            elif how == "send_blocking":
+                emitter.send_blocking(bad, timeout=1)
+            else:
+                asyncio.run(asyncio.wait_for(emitter.send(bad), 2))
+        except (TypeError, InputError):
+            pass
+        else:
+            raise AssertionError(f"{how}({bad!r}) was not refused")
+
+
+@pytest.mark.parametrize("how", ["try_send", "send_blocking", "send"])
+@pytest.mark.parametrize("bad", [{"bad": 1}, Event.start_edge("2026-11-22T08:00:00Z", "door")],
+                         ids=["not_an_event", "edge_without_edges"])
+def test_ts_3_4_a_refused_send_uses_no_credit_and_is_not_counted(how, bad):
+    from operators import goldilocks
+
+    union = Union(goldilocks("2s"), final_cti=True, prefetch=8, max_buffered=16)
+    got: list = []
+    union.subscribe(CallbackSubscriber(got.append, prefetch=1 << 20))
+    a, b = union.open_input("A"), union.open_input("B")
+    before = _credit(a)
+    _refused_sends(a, bad, how, 8 + 3)  # more than the input's whole credit
+    assert _credit(a) == before
+    assert a.stats().received == 0 and a.stats().buffered == 0
+    # the input still takes events: it was not jammed
+    assert a.try_send(Event.point("2026-11-22T08:00:00Z", source="A"))
+    assert a.send_blocking(Event.point("2026-11-22T08:00:01Z"), timeout=1)
+    a.complete()
+    b.complete()
+    union.close()
+    s = union.stats()
+    assert s.done and s.buffered == 0
+    assert s.received == s.emitted + s.dropped == 2  # TS §3.4: it balances
+    assert [e for e in got if not e.is_cti] == [Event.point("2026-11-22T08:00:00Z", source="A"),
+                                                Event.point("2026-11-22T08:00:01Z", source="A")]
+
+
+def test_ts_3_4_a_batch_with_an_edge_under_a_policy_without_edges_is_refused_whole():
+    from engine.errors import InputError
+
+    union = _union(prefetch=8, max_buffered=16)
+    a = union.open_input("A")
+    batch = [Event.point(1), Event.start_edge(2, "door"), Event.point(3)]
+    with pytest.raises(InputError, match="edge"):
+        a.try_send_many(batch)
+    assert a.stats().received == 0 and _credit(a) == 8  # nothing of the batch was counted
+    assert a.try_send_many([Event.point(1), Event.point(3)]) == 2
+    a.complete()
+    union.close()
+    assert union.stats().received == union.stats().emitted == 2

@@ -206,3 +206,34 @@ def test_not_a_parquet_file(tmp_path):
     with pytest.raises(BadRecordError) as info:
         replay([log], delay=0)
     _check(info.value, log, 1, "Parquet", None)
+
+
+def test_messages_show_instants_readably_and_say_an_insert(tmp_path):
+    """A message shows the instants of the record as ISO text, not raw nanoseconds, and
+    speaks English ('an insert')."""
+    log = tmp_path / "iso.jsonl"
+    log.write_bytes(b'{"source":"A","kind":"insert","start":"2026-11-22T08:00:07Z",'
+                    b'"end":"2026-11-22T08:00:06Z"}\n')
+    with pytest.raises(BadRecordError) as info:
+        replay([log])
+    assert str(info.value) == (f"{log}:1: field 'end': interval end 2026-11-22T08:00:06Z is "
+                               "not after start 2026-11-22T08:00:07Z; expected end > start")
+    log.write_bytes(b'{"kind":"insert","start":5}\n')
+    with pytest.raises(BadRecordError, match="field 'source': missing on an insert record"):
+        replay([log])
+    log.write_bytes(b'{"source":"A","kind":"insert","start":5,"arrival":"2026-11-22T08:00:02Z"}'
+                    b'\n{"source":"A","kind":"insert","start":6,'
+                    b'"arrival":"2026-11-22T08:00:01Z"}\n')
+    with pytest.raises(BadRecordError, match=r"field 'arrival': 2026-11-22T08:00:01Z is before "
+                                             r"the previous record's 2026-11-22T08:00:02Z"):
+        replay([log])
+
+
+def test_an_event_constructor_shows_instants_readably():
+    from engine import Event
+    from engine.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        Event.interval("2026-11-22T08:00:07Z", "2026-11-22T08:00:06Z")
+    assert "(2026-11-22T08:00:06Z) is not after start '2026-11-22T08:00:07Z' " \
+           "(2026-11-22T08:00:07Z)" in str(info.value)

@@ -165,8 +165,8 @@ def test_a_bad_or_foreign_checkpoint_is_refused_and_nothing_is_touched(tmp_path,
 
 def test_other_options_are_another_replay(tmp_path):
     logs, out, ckpt = _interrupted(tmp_path)
-    with pytest.raises(CheckpointError, match=r"taken under the policy goldilocks\(delay='1s'.*restored with "
-                       r"goldilocks\(delay='2s'"):
+    with pytest.raises(CheckpointError, match=r"taken under the policy goldilocks\(delay='1s'"
+                                              r".*restored with goldilocks\(delay='2s'"):
         replay(logs, delay="2s", out=out, checkpoint=ckpt)
     with pytest.raises(CheckpointError, match="the options differ"):
         replay(logs, delay="1s", out=out, checkpoint=ckpt, time_format="iso")

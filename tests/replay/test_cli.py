@@ -243,3 +243,49 @@ def test_summary_rows_add_up_and_times_share_one_precision(tmp_path, out, capsys
     # one precision: every time in the table has the fraction digits the finest one needs
     times = [c for r in [*rows.values(), total] for c in r[7:] if c not in ("", "—")]
     assert times and all(len(t) == len("1970-01-01T00:00:00.000Z") for t in times)
+
+
+def test_the_summary_lists_every_log_an_empty_one_too_and_where_late_events_went(
+        tmp_path, capsys):
+    """event-log.md: an empty file is listed in the summary with zero counts, so it is
+    visible; and when --late is absent the summary says the late events were only counted."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    out = tmp_path / "out.jsonl"
+    assert main(["replay", str(empty), FLEET, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"2 logs: {empty} (0 records, empty), {FLEET} (921 records)" in err
+    assert "the 38 late inserts were counted, not kept: --late FILE keeps them" in err
+    late = tmp_path / "late.jsonl"
+    assert main(["replay", FLEET, "--out", str(out), "--late", str(late)]) == 0
+    err = capsys.readouterr().err
+    assert f"the 38 late inserts are in {late}" in err
+    # no line is padded to the terminal's (or the table's) width, in a file either
+    first = err.splitlines()[0]
+    assert first == "replay: goldilocks, delay 5m, on late drop (columnar path)"
+    assert not any(line != line.rstrip() for line in err.splitlines()
+                   if not line.startswith(("│", "┃", "┏", "┡", "├", "└")))
+
+
+def test_logs_may_follow_options(tmp_path):
+    """replay.md: '--bad-records skip f.jsonl replays f.jsonl' — a log after an option was
+    refused by the top-level parser ('unrecognized arguments: messy.jsonl')."""
+    messy = tmp_path / "messy.jsonl"
+    messy.write_bytes(b'{"source":"B","kind":"insert","start":"2026-11-22T08:00:00Z",'
+                      b'"arrival":"2026-11-22T08:00:00Z"}\n'
+                      b'{"source":"B","kind":"nope","arrival":"2026-11-22T08:00:01Z"}\n')
+    fleet_first = tmp_path / "a.jsonl"
+    assert main(["replay", FLEET, "--bad-records", "skip", str(messy), "--delay", "2m",
+                 "--out", str(fleet_first), "--no-summary"]) == 0
+    options_first = tmp_path / "b.jsonl"
+    assert main(["replay", "--bad-records", "skip", "--delay", "2m", FLEET, str(messy),
+                 "--out", str(options_first), "--no-summary"]) == 0
+    assert fleet_first.read_bytes() == options_first.read_bytes()
+    assert b'"source":"B"' in fleet_first.read_bytes()
+
+
+def test_window_messages_show_durations_as_given(tmp_path, capsys):
+    assert main(["replay", FLEET, "--window", "1m", "--hop", "2m", "--out",
+                 str(tmp_path / "w")]) == 2
+    assert ("argument --hop: windows: hop 2m is longer than the size 1m; expected hop <= size"
+            in capsys.readouterr().err)

@@ -391,3 +391,19 @@ def test_a_quoted_cell_cut_by_the_block_end_is_read_whole(tmp_path):
     assert [r["line"] for r in got] == [2, 4, 5, 6]
     with small_blocks(64):
         same_either_way(path, tmp_path, "csv", "fail")
+
+
+def test_lower_case_z_and_t_replay_as_upper_case(tmp_path):
+    """event-log.md's accepted forms include a lower-case ``z`` (RFC 3339 allows ``t`` and
+    ``z``): read record by record, to the same instants as upper case."""
+    from goldilocks.replay import replay as _replay
+
+    lower, upper = tmp_path / "lower.jsonl", tmp_path / "upper.jsonl"
+    lower.write_bytes(b'{"source":"A","kind":"insert","start":"2026-11-22T08:00:12z"}\n'
+                      b'{"source":"A","kind":"insert","start":"2026-11-22t08:00:13.5Z"}\n')
+    upper.write_bytes(b'{"source":"A","kind":"insert","start":"2026-11-22T08:00:12Z"}\n'
+                      b'{"source":"A","kind":"insert","start":"2026-11-22T08:00:13.5Z"}\n')
+    a, b = io.BytesIO(), io.BytesIO()
+    _replay([lower], out=a)
+    _replay([upper], out=b)
+    assert a.getvalue() == b.getvalue() != b""

@@ -86,5 +86,5 @@ def test_a_folder_gives_back_the_field_its_files_leave_out(tmp_path, fmt):
 def test_without_the_folder_such_a_record_is_refused_as_before(tmp_path):
     path = tmp_path / "part-0.jsonl"
     write_log(path, [{"kind": "insert", "start": T0}])
-    with pytest.raises(BadRecordError, match="field 'source': missing on a insert record"):
+    with pytest.raises(BadRecordError, match="field 'source': missing on an insert record"):
         list(read_records([path]))

@@ -87,8 +87,8 @@ def test_ts_5_8_by_position_a_log_ahead_makes_the_others_late(tmp_path, capsys):
     paths = _write(tmp_path, [ahead, behind])
     late_by_position = tmp_path / "late-position.jsonl"
     late_by_time = tmp_path / "late-time.jsonl"
-    assert main(["replay", *paths, "--delay", "60s", "--out", str(tmp_path / "o1"),
-                 "--late", str(late_by_position), "--no-summary"]) == 0
+    assert main(["replay", *paths, "--delay", "60s", "--merge", "arrival", "--out",
+                 str(tmp_path / "o1"), "--late", str(late_by_position), "--no-summary"]) == 0
     assert main(["replay", *paths, "--delay", "60s", "--merge", "time", "--out",
                  str(tmp_path / "o2"), "--late", str(late_by_time), "--no-summary"]) == 0
     assert len(late_by_position.read_bytes().splitlines()) > 100
@@ -99,3 +99,69 @@ def test_ts_5_8_an_unknown_merge_is_refused(tmp_path, capsys):
     paths = _write(tmp_path, [[Event.point(T0, source="a")]])
     assert main(["replay", *paths, "--merge", "clock", "--out", str(tmp_path / "o")]) == 2
     assert "--merge" in capsys.readouterr().err
+
+
+# -- the default: by time when no log carries an order key --------------------------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+DEVICES = sorted(str(p) for p in (ROOT / "examples" / "data" / "devices").glob("*.jsonl"))
+
+
+def _without_order_keys(tmp_path):
+    """The bundled per-device logs with their ``arrival`` field removed: one log per device,
+    as most devices record them."""
+    import orjson
+
+    paths = []
+    for path in DEVICES:
+        lines = [orjson.loads(line) for line in open(path, "rb")]
+        out = tmp_path / __import__("os").path.basename(path)
+        out.write_bytes(b"".join(orjson.dumps({k: v for k, v in r.items()
+                                                 if k not in ("arrival", "seq")}) + b"\n"
+                                  for r in lines))
+        paths.append(str(out))
+    return paths
+
+
+def test_ts_5_8_per_device_logs_without_order_keys_merge_by_time_by_default(tmp_path):
+    paths = _without_order_keys(tmp_path)
+    by_default = replay(paths, delay="5m", out=tmp_path / "a.jsonl")
+    by_time = replay(paths, delay="5m", merge="time", out=tmp_path / "b.jsonl")
+    by_position = replay(paths, delay="5m", merge="arrival", out=tmp_path / "c.jsonl")
+    assert (by_default.merge, by_default.merge_asked) == ("time", "auto")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert by_default.late == by_time.late == 18  # round-robin by position: 578 of 690
+    assert by_position.merge == "arrival" and by_position.late == 578
+    assert [f.order for f in by_default.files] == ["position"] * 4
+    # logs that carry an order key keep their arrival order (TS §5.2)
+    recorded = replay(DEVICES, delay="5m", out=tmp_path / "d.jsonl")
+    assert recorded.merge == "arrival" and recorded.late == 38
+    assert [f.order for f in recorded.files] == ["arrival"] * 4
+    one = replay([DEVICES[0]], delay="5m")
+    assert one.merge == "file"
+
+
+def test_the_summary_says_how_the_logs_were_merged_and_when_most_came_out_late(
+        tmp_path, capsys):
+    paths = _without_order_keys(tmp_path)
+    assert main(["replay", *paths, "--out", str(tmp_path / "a.jsonl")]) == 0
+    err = capsys.readouterr().err
+    assert "merged by time (no log carries seq or arrival" in err
+    assert "most inserts were late" not in err
+    assert main(["replay", *paths, "--merge", "arrival", "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "merged by position (no log carries seq or arrival)" in err
+    assert ("most inserts were late (578 of 690): the logs were read round-robin by "
+            "position; if each is one device's log, --merge time merges them by time") in err
+    # the per-device logs one after another in one file: the file's order, and a hint
+    joined = tmp_path / "joined.jsonl"
+    joined.write_bytes(b"".join(open(p, "rb").read() for p in paths))
+    assert main(["replay", str(joined), "--out", str(tmp_path / "c")]) == 0
+    err = capsys.readouterr().err
+    assert "most inserts were late" in err and "replay them as separate files" in err
+    # --merge time on one log changes nothing, and says so (--no-summary or not)
+    assert main(["replay", str(joined), "--merge", "time", "--out", str(tmp_path / "d"),
+                 "--no-summary"]) == 0
+    assert ("note: --merge time with one log changes nothing: its records are replayed in "
+            "the file's order") in capsys.readouterr().err
+    assert (tmp_path / "c").read_bytes() == (tmp_path / "d").read_bytes()

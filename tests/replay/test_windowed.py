@@ -320,3 +320,36 @@ def test_a_misspelt_field_is_reported_not_silently_null(tmp_path, capsys):
         assert "'celsius'" not in err
     s = replay_windows([FLEET], window="1m", aggregates=["max:celsius"], columnar=False)
     assert s.missing_fields == () and s.payload_fields == ()
+
+
+def test_a_window_key_only_some_inputs_carry_says_which_and_how_many(tmp_path, capsys):
+    """--key door on the fleet: the thermometers' readings lack 'door'; the refusal names
+    the first such record and counts, by input, the inserts that lack it."""
+    from goldilocks.cli import main
+
+    assert main(["replay", str(FLEET), "--window", "1m", "--key", "door", "--out",
+                 str(tmp_path / "w.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"{FLEET}:1: field 'payload': the window key 'door' is missing" in err
+    assert ("652 of the 690 inserts read so far lack it (by input: thermo-1 239, thermo-2 239, "
+            "thermo-3 174)") in err
+    assert "key by an input (--key source)" in err
+
+
+def test_final_cti_writes_the_windows_still_open_at_the_end(tmp_path, capsys):
+    from goldilocks.cli import main
+
+    for columnar in (True, False):
+        plain, final = tmp_path / f"plain{columnar}", tmp_path / f"final{columnar}"
+        a = replay_windows([FLEET], window="1m", aggregates=["mean:celsius"], key="source",
+                           out=plain, columnar=columnar)
+        b = replay_windows([FLEET], window="1m", aggregates=["mean:celsius"], key="source",
+                           out=final, columnar=columnar, final_cti=True)
+        assert (a.windows, a.open, b.windows, b.open) == (120, 20, 140, 0)
+        assert final.read_bytes().startswith(plain.read_bytes())
+    assert (tmp_path / "finalTrue").read_bytes() == (tmp_path / "finalFalse").read_bytes()
+    capsys.readouterr()
+    assert main(["replay", str(FLEET), "--window", "1m", "--out", str(tmp_path / "c")]) == 0
+    assert "still open at the end (--final-cti writes them)" in capsys.readouterr().err
+    assert main(["replay", str(FLEET), "--final-cti", "--out", str(tmp_path / "d")]) == 2
+    assert "argument --final-cti: goes with --window D" in capsys.readouterr().err
