@@ -267,16 +267,19 @@ def write_readings_json(readings: dict, directory: Path, files: int) -> list[sli
 def stage_late_model(readings: dict, batches: list[np.ndarray], delay_us: int) -> int:
     """How many readings the stage sends to the late side, by the documented semantics:
     each micro-batch judged against the state at its start — a reading is late if it is
-    older than its device's newest earlier reading (the device's CTI: advance_time with
-    every_events=1) or than the newest earlier reading of any device less the delay."""
-    last = np.full(_DEVICES, np.iinfo(np.int64).min, np.int64)
+    older than its device's newest earlier reading less the delay (the device's CTI: the
+    default, advance_time with every_events=1 and the delay) or than the newest earlier
+    reading of any device less the delay (the merged CTI)."""
+    floor = np.iinfo(np.int64).min
+    last = np.full(_DEVICES, floor, np.int64)
     late = 0
     for rows in batches:
         ts, dev = readings["ts"][rows], readings["device"][rows]
-        high = last.max() - delay_us if last.max() > np.iinfo(np.int64).min else last.max()
-        bad = (ts < last[dev]) | (ts < high)
+        high = last.max() - delay_us if last.max() > floor else last.max()
+        own = np.where(last[dev] > floor, last[dev] - delay_us, floor)
+        bad = (ts < own) | (ts < high)
         late += int(np.count_nonzero(bad))
-        accepted = ~(ts < last[dev])
+        accepted = ~(ts < own)
         np.maximum.at(last, dev[accepted], ts[accepted])
     return late
 

@@ -9,7 +9,8 @@ Floor 1, beside ``operators``: it builds on ``engine`` (events, time) and nothin
 - ``eventlog.fast``: the fast scanners behind ``fast_columns(block)`` — ``eventlog.scan``
   (JSON Lines in the flat shape) and ``eventlog.arrow`` (Parquet batches).
 - ``eventlog.jsonl``, ``eventlog.csv_log``, ``eventlog.parquet``: the readers of each format;
-  ``eventlog.merge``: files into one stream in arrival order (TS §5.2).
+  ``eventlog.merge``: files into one stream in arrival order (TS §5.2); ``eventlog.logfile``:
+  a log that is not a plain local path (another file system, compressed, partitioned).
 - ``eventlog.write_columns``: canonical lines of whole columns, for replay's columnar path.
 - ``eventlog.write``: ``EventLogWriter``, ``write_log`` and ``RollingFileSink``.
 
@@ -38,6 +39,7 @@ from eventlog.format import (
 from eventlog.columns import Columns, SourceTable
 from eventlog.files import log_files
 from eventlog.format import FORMATS, STDIN, log_format
+from eventlog.logfile import LogFile
 from eventlog.merge import MERGES, by_time, merge_columns, read_columns, read_records
 from eventlog.records import RECORD_FIELDS, BadRecords, Span, field_map, time_scale
 from eventlog.write import EventLogWriter, RollingFileSink, SinkStats, write_log
@@ -65,6 +67,7 @@ __all__ = [
     "Columns",
     "SourceTable",
     "log_format",
+    "LogFile",
     "log_files",
     "FORMATS",
     "STDIN",

@@ -28,7 +28,7 @@ import numpy as np
 from eventlog.columns import PAD, Payloads, words_of
 from eventlog.format import KIND_NAMES
 from eventlog.iso import iso_ns
-from eventlog.records import (ABSENT, BAD_KIND, INT, NO_SOURCE, NS, Block, RawColumns,
+from eventlog.records import (ABSENT, BAD_KIND, INT, NO_KIND, NO_SOURCE, NS, Block, RawColumns,
                               Times)
 from eventlog.scan import payload_texts
 
@@ -182,21 +182,28 @@ def _batch_columns(batch: Any, first_line: int, text_ints: bool) -> RawColumns |
 
     try:
         kind_col = column("kind")
-        if not (pa.types.is_string(kind_col.type) or pa.types.is_large_string(kind_col.type)):
+        if kind_col is None:  # a partition folder may give it (eventlog.logfile)
+            kind = np.full(n, NO_KIND, np.int8)
+        elif not (pa.types.is_string(kind_col.type) or pa.types.is_large_string(kind_col.type)):
             return None
-        kind_code = pc.index_in(kind_col, value_set=pa.array(KIND_NAMES))
-        kind = kind_code.fill_null(BAD_KIND).to_numpy().astype(np.int8)
+        else:
+            kind_code = pc.index_in(kind_col, value_set=pa.array(KIND_NAMES))
+            kind = kind_code.fill_null(BAD_KIND).to_numpy().astype(np.int8)
 
         source_col = column("source")
-        if not (pa.types.is_string(source_col.type)
-                or pa.types.is_large_string(source_col.type)):
+        if source_col is None:  # likewise
+            source = np.full(n, NO_SOURCE, np.int32)
+            dictionary: list = []
+        elif not (pa.types.is_string(source_col.type)
+                  or pa.types.is_large_string(source_col.type)):
             return None
-        encoded = pc.dictionary_encode(source_col)  # codes in order of first appearance
-        source = encoded.indices.fill_null(NO_SOURCE).to_numpy().astype(np.int32)
-        try:
-            dictionary = encoded.dictionary.to_pylist()
-        except UnicodeDecodeError:
-            return None
+        else:
+            encoded = pc.dictionary_encode(source_col)  # codes in order of first appearance
+            source = encoded.indices.fill_null(NO_SOURCE).to_numpy().astype(np.int32)
+            try:
+                dictionary = encoded.dictionary.to_pylist()
+            except UnicodeDecodeError:
+                return None
 
         payload_col = column("payload")
         if payload_col is None or payload_col.null_count == n:

@@ -95,7 +95,12 @@ def _record(names: list[str], cells: list[str], kind: str | None = None,
             try:
                 obj[name] = orjson.loads(text)
             except orjson.JSONDecodeError as err:
-                return obj, (f"not valid JSON text: {err}", "payload")
+                hint = ""
+                if '\\"' in text or text.endswith("\\"):  # a quote escaped by a backslash
+                    hint = ("; the cell holds \\\" where CSV doubles a quote (\"\"): Spark "
+                            "writes CSV with backslash escapes unless told, so write it with "
+                            ".option('escape', '\"')")
+                return obj, (f"not valid JSON text: {err}{hint}", "payload")
         else:
             obj[name] = text
     return obj, None
@@ -189,7 +194,7 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
     quoted cell that runs past the span's end (a newline inside quotes, where the file was
     cut) is refused with the record's line: the span after it would begin inside it."""
     span = st.span
-    with open_log(st.path) as f:
+    with st.open() as f:
         blocks = (_blocks(f, on_bytes, span.stop) if span.start == 0
                   else _blocks(f, None))  # a later span: the header only, from here
 
@@ -220,8 +225,11 @@ def read_csv(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterator[
             names = [renamed.get(n, n) for n in names]
             if "kind" not in st.fields and "kind" not in names:
                 default_kind = "insert"  # a plain log's rows are readings
+        # a partition folder's fields (``LogFile.fields``) stand for absent columns
+        restored = {name for name, _ in st.file.fields} if st.file is not None else set()
         for required in ("source", "kind", "start"):
-            if required not in names and not (required == "kind" and default_kind):
+            if required not in names and required not in restored and not (
+                    required == "kind" and default_kind):
                 shown = st.fields.get(required, required)
                 raise st.error(1, f"header has no {shown!r} column; expected at least "
                                "source, kind, start" + (f" (here {shown!r}, as --field maps it)"

@@ -107,7 +107,8 @@ def read_jsonl(st: FileState, on_bytes: Callable[[int], None] | None) -> Iterato
     left = None if span.stop is None else span.stop - span.start  # bytes still to read
     # Each block is read into a fresh buffer after the previous block's unfinished line, with
     # room for the scanner's padding, so the scanner works on it in place: no copies.
-    with open_log(st.path, raw=True) as f:
+    f: Any
+    with st.open(raw=True) as f:
         if span.start:
             f.seek(span.start)
         rest = b""

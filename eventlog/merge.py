@@ -19,6 +19,7 @@ from eventlog.columns import Columns, SourceTable
 from eventlog.csv_log import read_csv
 from eventlog.format import ALL_KIND_CODES, END, START, STDIN, log_format, timed
 from eventlog.jsonl import read_jsonl
+from eventlog.logfile import LogFile
 from eventlog.parquet import read_parquet
 from eventlog.records import BadRecords, FileState, Span, field_map, time_scale
 
@@ -32,10 +33,16 @@ _READERS: dict[str, Callable[[FileState, Callable[[int], None] | None], Iterator
     "jsonl": read_jsonl, "csv": read_csv, "parquet": read_parquet}
 
 
-def _open(path: str | os.PathLike[str], index: int, table: SourceTable, bad: BadRecords,
-          scale: int | None, on_bytes: Callable[[int], None] | None, span: Span = Span(),
-          format: str | None = None, fields: dict[str, str] | None = None,
+def _open(path: str | os.PathLike[str] | LogFile, index: int, table: SourceTable,
+          bad: BadRecords, scale: int | None, on_bytes: Callable[[int], None] | None,
+          span: Span = Span(), format: str | None = None, fields: dict[str, str] | None = None,
           ) -> tuple[FileState, Iterator[Columns]]:
+    if isinstance(path, LogFile):  # a file of another file system, compressed, partitioned
+        if not path.seekable and not span.whole:
+            raise InputError(f"{path.name}: a compressed log is read whole; expected no "
+                             "byte range")
+        state = FileState(path.name, index, table, bad, scale, span, fields, path)
+        return state, _READERS[path.format](state, on_bytes)
     state = FileState(os.fspath(path), index, table, bad, scale, span, fields)
     if state.path != STDIN and not os.path.exists(state.path):
         raise InputError(f"{state.path}: no such file")
@@ -45,7 +52,7 @@ def _open(path: str | os.PathLike[str], index: int, table: SourceTable, bad: Bad
     return state, _READERS[log_format(state.path, format)](state, on_bytes)
 
 
-def read_columns(path: str | os.PathLike[str], *, index: int = 0,
+def read_columns(path: str | os.PathLike[str] | LogFile, *, index: int = 0,
                  table: SourceTable | None = None, bad: BadRecords | None = None,
                  on_bytes: Callable[[int], None] | None = None,
                  time_unit: str | None = None, span: Span = Span(),

@@ -9,7 +9,6 @@ pyarrow decodes it from.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -82,18 +81,29 @@ def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Itera
         raise InputError(f"{st.path}: reading Parquet needs pyarrow (pip install "
                          "'goldilocks[parquet]')") from err
     try:
-        pf = pq.ParquetFile(st.path)
+        pf = pq.ParquetFile(st.open() if st.file is not None else st.path)
     except Exception as err:
         raise st.error(1, f"not a readable Parquet file: {err}") from err
     if on_bytes is not None:
-        on_bytes(os.path.getsize(st.path))
+        on_bytes(st.size())
     renamed = {name: field for field, name in st.fields.items()}  # a field mapping
     names = {renamed.get(n, n) for n in pf.schema_arrow.names}
     default_kind = bool(st.fields) and "kind" not in st.fields and "kind" not in names
+    # a partition folder's fields (``LogFile.fields``) stand for absent columns
+    restored = {name for name, _ in st.file.fields} if st.file is not None else set()
     for required in ("source", "kind", "start"):
-        if required not in names and not (required == "kind" and default_kind):
+        if required not in names and required not in restored and not (
+                required == "kind" and default_kind):
             raise st.error(1, f"no {st.fields.get(required, required)!r} column; expected at "
                            "least source, kind, start", required)
+    for name in ("payload", "id"):
+        if name in names:
+            shown = st.fields.get(name, name)
+            t = pf.schema_arrow.field(shown).type
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
+                raise st.error(1, f"the {shown} column is {t}; expected JSON text (a string "
+                               f"column): write it with to_json, e.g. "
+                               f"df.withColumn({shown!r}, F.to_json({shown!r}))", name)
     wanted = [st.fields.get(c, c) for c in _COLUMNS if c in names]
     row = 0
     for batch in pf.iter_batches(batch_size=PARQUET_ROWS, columns=wanted):
@@ -105,6 +115,9 @@ def read_parquet(st: FileState, on_bytes: Callable[[int], None] | None) -> Itera
                 columns.append(pa.array(["insert"] * n, pa.string()))
                 labels.append("kind")
             batch = pa.RecordBatch.from_arrays(columns, names=labels)
+        for name, value in st.file.fields if st.file is not None else ():
+            if name not in names:  # a partition folder's field, as a column of the batch
+                batch = batch.append_column(name, pa.array([value] * n, pa.string()))
         fast = fast_columns(Block("parquet", batch, n, row + 1, st)) if n else None
         if fast is not None:
             yield fast

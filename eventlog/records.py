@@ -44,10 +44,11 @@ names' codes or the errors.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, BinaryIO, Callable, NamedTuple, Sequence
 
 import numpy as np
 import orjson
@@ -57,7 +58,9 @@ from engine.times import (MAX_TIME, NS_PER_S, TIME_UNITS, UNSCALED_RANGES, forma
                           format_rfc3339, looks_unscaled)
 
 from eventlog.columns import Columns, Payloads, RawLines, SourceTable
-from eventlog.format import BAD_RECORD_MODES, CTI, END, INSERT, JOIN, LEAVE, START
+from eventlog.format import (ALL_KIND_CODES, BAD_RECORD_MODES, CTI, END, INSERT, JOIN, LEAVE,
+                             START, open_log)
+from eventlog.logfile import LogFile
 
 __all__ = [
     "ABSENT", "NULL", "INT", "NS", "BIG", "BAD",
@@ -253,11 +256,12 @@ class FileState:
     without a kind is then an insert)."""
 
     __slots__ = ("path", "index", "table", "bad", "mode", "last_key", "position", "scale",
-                 "span", "fields")
+                 "span", "fields", "file")
 
     def __init__(self, path: str, index: int, table: SourceTable, bad: BadRecords,
                  scale: int | None = None, span: Span = Span(),
-                 fields: dict[str, str] | None = None) -> None:
+                 fields: dict[str, str] | None = None, file: LogFile | None = None) -> None:
+        self.file = file  # how to open it when it is not a plain local path (``LogFile``)
         self.path = path
         self.index = index
         self.table = table
@@ -274,6 +278,18 @@ class FileState:
         if field is not None and field in self.fields:
             field = self.fields[field]
         return BadRecordError(self.path, line, message, field=field)
+
+    def open(self, raw: bool = False) -> BinaryIO:
+        """The file's bytes, from its start: a ``LogFile``'s opener, else the local file,
+        standard input or a compressed file (``eventlog.format.open_log``; unbuffered with
+        ``raw``)."""
+        if self.file is not None:
+            return self.file.open()
+        opened: BinaryIO = open_log(self.path, raw=raw)
+        return opened
+
+    def size(self) -> int:
+        return self.file.size() if self.file is not None else os.path.getsize(self.path)
 
 
 # -- the rules ---------------------------------------------------------------------------
@@ -354,7 +370,33 @@ class _Verdict:
     before: np.ndarray | None  # per row: the previous good key (KEY_ORDER's message)
 
 
+def _restore(raw: RawColumns, st: FileState) -> None:
+    """Give the records of a file the fields its folder names (``LogFile.fields``: Spark's
+    ``partitionBy`` takes them out of the records) where they lack them."""
+    assert st.file is not None
+    for name, value in st.file.fields:
+        if name == "source" and value is not None:
+            absent = raw.source == NO_SOURCE
+            if absent.any():
+                if raw.names is not None:
+                    if value not in raw.names:
+                        raw.names = [*raw.names, value]
+                    code = raw.names.index(value)
+                else:
+                    code = st.table.add(value)
+                raw.source = np.where(absent, np.int32(code), raw.source).astype(np.int32)
+                raw.raw = None  # the lines no longer say the whole record
+        elif name == "kind" and value is not None:
+            absent = raw.kind == NO_KIND
+            if absent.any():
+                code = ALL_KIND_CODES.get(value, BAD_KIND)
+                raw.kind = np.where(absent, np.int8(code), raw.kind).astype(np.int8)
+                raw.raw = None
+
+
 def _verdict(raw: RawColumns, st: FileState) -> _Verdict:
+    if st.file is not None and st.file.fields:
+        _restore(raw, st)
     n = len(raw)
     kind = raw.kind
     rules = _Rules(n)

@@ -31,6 +31,7 @@ from engine.errors import BadRecordError
 
 from eventlog.columns import SourceTable
 from eventlog.format import log_format
+from eventlog.logfile import LogFile
 from eventlog.merge import read_columns
 from eventlog.records import BadRecords, Span
 
@@ -40,7 +41,19 @@ _READ = 4 << 20  # bytes per read while counting
 _PEEK = 64 << 10  # the first window read after a span (grown 16 times each time)
 
 
-def file_mode(path: str, time_unit: str | None = None) -> str | None:
+def _format(path: str | LogFile) -> str:
+    return path.format if isinstance(path, LogFile) else log_format(path)
+
+
+def _size(path: str | LogFile) -> int:
+    return path.size() if isinstance(path, LogFile) else os.path.getsize(path)
+
+
+def _open_bytes(path: str | LogFile) -> Any:
+    return path.open() if isinstance(path, LogFile) else open(path, "rb")
+
+
+def file_mode(path: str | LogFile, time_unit: str | None = None) -> str | None:
     """The file's order key (``arrival``, ``seq``, ``position``; ``None``: no good record):
     its first good record's, read by the engine's reader up to that record's chunk."""
     states: list[Any] = []
@@ -88,14 +101,16 @@ def _counts(f: Any, bounds: list[int], quotes: bool) -> list[tuple[int, int]]:
     return out
 
 
-def split_spans(path: str, span_bytes: int, *, mode: str | None = None,
+def split_spans(path: str | LogFile, span_bytes: int, *, mode: str | None = None,
                 time_unit: str | None = None) -> list[Span]:
     """``path`` as consecutive spans of about ``span_bytes`` each (``[Span()]``, the whole
-    file, when it is smaller, is Parquet, or is ordered by position). ``mode``: the file's
-    order key if known (else ``file_mode``, reading integer times in ``time_unit``). Reads
-    the file once, sequentially."""
-    fmt = log_format(path)
-    size = os.path.getsize(path)
+    file, when it is smaller, is Parquet, is compressed, or is ordered by position).
+    ``mode``: the file's order key if known (else ``file_mode``, reading integer times in
+    ``time_unit``). Reads the file once, sequentially."""
+    if isinstance(path, LogFile) and not path.seekable:
+        return [Span(mode=mode)]
+    fmt = _format(path)
+    size = _size(path)
     parts = -(-size // span_bytes) if span_bytes > 0 else 1
     if fmt == "parquet" or parts <= 1:
         return [Span(mode=mode)]
@@ -103,7 +118,7 @@ def split_spans(path: str, span_bytes: int, *, mode: str | None = None,
         mode = file_mode(path, time_unit)
     if mode not in ("arrival", "seq"):
         return [Span(mode=mode)]
-    with open(path, "rb") as f:
+    with _open_bytes(path) as f:
         header = len(f.readline()) if fmt == "csv" else 0  # the header stays in span 0
         bounds = [0, *_cuts(f, size, parts, max(header, 1)), size]
         counts = _counts(f, bounds, fmt == "csv")
@@ -130,7 +145,7 @@ class _Kept(BadRecords):
         self.kept.append(err)
 
 
-def _first_good(path: str, span: Span, time_unit: str | None,
+def _first_good(path: str | LogFile, span: Span, time_unit: str | None,
                 bad: BadRecords) -> tuple[int, int] | None:
     """``(key, line)`` of the first good record read from ``span``, or ``None``."""
     chunks = read_columns(path, bad=bad, table=SourceTable(), time_unit=time_unit, span=span)
@@ -145,19 +160,19 @@ def _first_good(path: str, span: Span, time_unit: str | None,
     return None
 
 
-def order_after(path: str, stop: int, next_line: int, mode: str, last_key: int,
+def order_after(path: str | LogFile, stop: int, next_line: int, mode: str, last_key: int,
                 time_unit: str | None = None) -> BadRecordError | None:
     """The engine's error for the first record after byte ``stop`` (line ``next_line``) that
     breaks the file's order (TS §5.2) given ``last_key``, the largest good key before it —
     the record a span beginning at ``stop`` took for good, reading from the smallest key —
     or ``None`` if there is none. Reads from ``stop`` only as far as the first good record,
     in windows that grow."""
-    size = os.path.getsize(path)
+    size = _size(path)
     window = _PEEK
     while True:
         end: int | None = None
         if stop + window < size:
-            with open(path, "rb") as f:
+            with _open_bytes(path) as f:
                 f.seek(stop)
                 data = f.read(window)
             cut = data.rfind(b"\n")

@@ -6,10 +6,10 @@ with their reason.
 
 Two thermometers write ``{"device_id", "ts", "temperature"}`` readings, one file per
 micro-batch (``maxFilesPerTrigger=1``); B's clock runs 3 s behind A's, and twice B sends a
-reading 14 s old. ``watermark_stage`` makes each device's readings its CTIs (a reading
-promises nothing older from its device), merges them with the Goldilocks policy (3 s of
-tolerated skew), writes the late readings under ``<state_dir>/late`` and gives Spark a
-watermark that follows the CTI. The printout shows, per micro-batch, the watermark Spark
+reading 14 s old. ``watermark_stage`` makes each device's readings its CTIs, 3 s behind
+them (``delay``, as ``withWatermark``'s: a reading promises nothing more than 3 s older from
+its device), merges them with the Goldilocks policy, writes the late readings under
+``<state_dir>/late`` and gives Spark a watermark that follows the CTI. The printout shows, per micro-batch, the watermark Spark
 reports (the CTI after the micro-batch before, minus one millisecond) and the stage's
 metrics, then the windows Spark closed and the late readings.
 """
@@ -84,8 +84,10 @@ def main(spark=None, workdir=None) -> dict:
         for p in query.recentProgress:
             seen = p.get("observedMetrics", {}).get("thermometers")
             marks.append((p["batchId"], p["eventTime"].get("watermark"), p["numInputRows"]))
-            metrics = (f"; CTI at its end {seen['cti']}, {seen['rows']} rows out, "
-                       f"{seen['late']} late" if seen else "")
+            cti = (None if not seen or seen["cti"] is None  # epoch milliseconds, UTC
+                   else datetime.fromtimestamp(seen["cti"] / 1000, timezone.utc))
+            metrics = (f"; CTI at its end {cti:%Y-%m-%d %H:%M:%S}, {seen['rows']} rows out, "
+                       f"{seen['late']} late" if cti else "")
             print(f"batch {p['batchId']}: {p['numInputRows']:3d} readings in, Spark watermark "
                   f"{marks[-1][1]}{metrics}")
         closed = spark.table("closed_windows").orderBy("window").collect()

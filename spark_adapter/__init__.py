@@ -5,7 +5,8 @@ The documented surface (``docs/spark.md``)::
     read_event_log(spark, path, ...) -> DataFrame            # batch: the event-log schema
     replay(df, *, delay, policy="goldilocks", on_late="drop", group_col=None) -> (events, late)
     write_replay(df, events_path, late_path, *, format="parquet", **replay's options)
-    watermark_stage(df, *, delay, time_col, source_col, kind_col=None, advance=None, ...)
+    watermark_stage(df, *, delay, time_col, source_col, kind_col=None, advance=None, ...,
+                    idle_after=None)
         -> DataFrame          # any DataFrame, streaming or batch: a better withWatermark
     split_late(staged) -> (events, late)                      # for keep_late=True
     windows(events, *, window, aggregates, hop=None, key=None, ...) -> DataFrame

@@ -84,9 +84,14 @@ def resolve_spark_policy(policy: str | Policy, delay: DurationLike | None, on_la
     has no prefix-scan form.
     """
     if isinstance(policy, str):  # the engine's defaults (goldilocks.replay): goldilocks 5m, else 0
-        if delay is None:
+        family = policy.partition(":")[0]
+        if family in ("min", "quantile"):  # no batch form, whatever the delay: say that first
+            built = resolve_policy(policy, on_late=on_late)
+            delay = None
+        elif delay is None:
             delay = "5m" if policy == "goldilocks" else 0
-        built = resolve_policy(policy, delay=delay, on_late=on_late)
+        if delay is not None:
+            built = resolve_policy(policy, delay=delay, on_late=on_late)
     else:
         if delay is not None and to_duration_ns(delay, what="replay: delay") != policy.delay:
             raise InputError(

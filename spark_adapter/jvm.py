@@ -35,9 +35,9 @@ _SOURCES = _HERE / "java"
 #: the jar entry that names the sources it was built from
 JAR_DIGEST_ENTRY = "goldilocks/spark/sources.sha256"
 #: the state files' format (``StageTask.FORMAT``)
-JVM_FORMAT = "goldilocks-stage-jvm-1"
+JVM_FORMAT = "goldilocks-stage-jvm-2"
 #: the functions' version (``Functions.API``); a jar of another version is not used
-JVM_API = "goldilocks-stage-functions-2"
+JVM_API = "goldilocks-stage-functions-3"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entries' time: the same sources give the same jar
 
 
@@ -101,12 +101,37 @@ def stage_functions(spark: Any) -> tuple[Any, str | None]:
         functions = jvm.goldilocks.spark.Functions
         version = functions.version()
     except Exception:
-        return None, ("the session was started without the stage's jar: start it with "
-                      ".config('spark.jars', spark_adapter.stage_jar())")
+        return None, _missing_jar(spark)
     if version != JVM_API:
         return None, (f"the session has another version of the stage's jar ({version}, "
                       f"this package needs {JVM_API}): put {stage_jar()} on spark.jars")
     return functions, None
+
+
+def _missing_jar(spark: Any) -> str:
+    """Why a session's JVM lacks the stage's functions, and what to do about it."""
+    if not _JAR.is_file():
+        return (f"this installation has no stage jar ({_JAR} is missing): reinstall "
+                "goldilocks, or build the jar with `python -m spark_adapter.jvm` (a JDK 17)")
+    try:
+        configured = spark.conf.get("spark.jars", "") or ""
+    except Exception:
+        configured = ""
+    named = [p.strip() for p in configured.split(",") if p.strip()]
+    ours = [p for p in named if Path(p.removeprefix("file:")).name == _JAR.name]
+    for path in ours:
+        local = path.removeprefix("file://").removeprefix("file:")
+        if "://" not in local and not Path(local).is_file():
+            return (f"spark.jars names {path}, which does not exist (Spark logs an error and "
+                    f"starts without it): name the jar that is there, "
+                    f".config('spark.jars', {str(_JAR)!r}) (spark_adapter.stage_jar())")
+    if ours:
+        return ("spark.jars names the stage's jar, but this session's JVM was started before "
+                "it did: a running session keeps the class path it started with (getOrCreate() "
+                "returned the running one and ignored spark.jars). Stop it (spark.stop()) and "
+                "start a new session with .config('spark.jars', spark_adapter.stage_jar())")
+    return ("the session was started without the stage's jar: start it with "
+            ".config('spark.jars', spark_adapter.stage_jar())")
 
 
 def _utf(data: bytes, at: int) -> tuple[str, int]:
@@ -126,23 +151,18 @@ def read_jvm_state(names: list[str], read_bytes: Callable[[str], bytes]) -> dict
     if fmt != JVM_FORMAT:
         raise ValueError(f"{cums[-1]}: format {fmt!r}, expected {JVM_FORMAT!r}")
     _, at = _utf(data, at)  # the options' fingerprint
-    source_delay, delay, n = struct.unpack_from(">qqi", data, at)
-    at += 20
-    maxima = {}
+    _, _, floor, n = struct.unpack_from(">qqqi", data, at)  # the writer's delays, the floor
+    at += 28
+    sources = {}
     for _ in range(n):
         (size,) = struct.unpack_from(">i", data, at)
         name = data[at + 4:at + 4 + size].decode("utf-8")
         at += 4 + size
-        (maxima[name],) = struct.unpack_from(">q", data, at)
-        at += 8
-    sources = {((), s): (m, _minus(m, source_delay)) for s, m in maxima.items()}
-    high = max((_minus(last, delay) for _, last in sources.values()), default=None)
+        sources[((), name)] = struct.unpack_from(">qq", data, at)
+        at += 16
+    high = None if floor == MIN_TIME else floor
     return {"batch": int(cums[-1][4:]), "published": high, "groups": {(): high},
             "sources": sources}
-
-
-def _minus(a: int, b: int) -> int:
-    return max(a - b, MIN_TIME)  # saturating, as StageTask.minus
 
 
 def main() -> int:

@@ -8,9 +8,11 @@ the readers keep no state between calls that matters for correctness, and the pl
 relists the directory on every call. Parsing is the engine's own (``eventlog``): the
 same validation, the same ``BadRecordError`` text naming file and line (TS §5.3).
 
-Batch (``read_event_log``, or ``spark.read.format("goldilocks")``): a task per file, or per
-span of bytes of a large JSON Lines or CSV file (``plan_splits``, ``eventlog.spans``; each
-span read from its own first line, so errors name ``FILE:LINE`` as a whole-file read does);
+Batch (``read_event_log``, or ``spark.read.format("goldilocks")``; the files listed and
+opened through ``spark_adapter.files``, on any file system ``pyarrow.fs`` reaches): a task
+per file, or per span of bytes of a large JSON Lines or CSV file (``plan_splits``,
+``eventlog.spans``; each span read from its own first line, so errors name ``FILE:LINE`` as
+a whole-file read does);
 rows carry the engine's merge key ``(order_key, file_index, line)``. ``read_event_log``
 plans the spans on the driver and passes them as the option ``splits``; a direct
 ``spark.read.format("goldilocks")`` read takes ``split_bytes`` (default 0: a task per file)
@@ -36,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -44,7 +47,9 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 
 from engine.errors import InputError
+from eventlog.logfile import LogFile
 from eventlog.records import Span
+from spark_adapter.files import LogPath, list_directory, list_logs, open_log
 from spark_adapter.schema import (EVENT_LOG_COLUMNS, EVENT_LOG_SCHEMA, KIND_END, KIND_START,
                                   SOURCE_NAME)
 from spark_adapter.session import use_driver_python, worker_python_error
@@ -62,7 +67,6 @@ __all__ = [
     "list_parts",
 ]
 
-_LOG_EXTENSIONS = (".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq")
 _PART_SHIFT = 32  # order_key = part << 32 | line: parts hold fewer than 2**32 lines
 
 
@@ -95,18 +99,21 @@ class FilePartition(InputPartition):
     """One file, or one span of a file, to read: created by the planner, pickled to an
     executor.
 
-    ``index`` becomes ``file_index``; ``part`` is set for streaming parts (then ``order_key``
-    is ``part << 32 | line``) and ``None`` for batch files (``order_key`` is the file's key).
-    ``span``: the bytes to read (``eventlog.Span``: the whole file by default) and
-    ``next_line``: the line after them, where the next span begins (its first record is
-    checked against this span's last key, TS §5.2).
+    ``log``: the file (``spark_adapter.files.LogPath``: where it is, its format,
+    compression and partition folders' fields). ``index`` becomes ``file_index``; ``part``
+    is set for streaming parts (then ``order_key`` is ``part << 32 | line``) and ``None``
+    for batch files (``order_key`` is the file's key). ``span``: the bytes to read
+    (``eventlog.Span``: the whole file by default) and ``next_line``: the line after them,
+    where the next span begins (its first record is checked against this span's last key,
+    TS §5.2).
     """
 
-    def __init__(self, path: str, index: int, part: int | None = None,
+    def __init__(self, log: LogPath, index: int, part: int | None = None,
                  span: Span | None = None, next_line: int | None = None) -> None:
         span = span or Span()
-        super().__init__((path, index, part, span.start))
-        self.path = path
+        super().__init__((log.uri, index, part, span.start))
+        self.log = log
+        self.path = log.uri
         self.index = index
         self.part = part
         self.span = span
@@ -115,12 +122,14 @@ class FilePartition(InputPartition):
     def to_list(self) -> list:
         """The partition as JSON values (``from_list`` reads them back)."""
         s = self.span
-        return [self.path, self.index, s.start, s.stop, s.first_line, s.mode, self.next_line]
+        return [self.log.to_list(), self.index, s.start, s.stop, s.first_line, s.mode,
+                self.next_line]
 
     @classmethod
     def from_list(cls, value: list) -> FilePartition:
-        path, index, start, stop, first_line, mode, next_line = value
-        return cls(path, index, None, Span(start, stop, first_line, mode), next_line)
+        log, index, start, stop, first_line, mode, next_line = value
+        return cls(LogPath.from_list(log), index, None, Span(start, stop, first_line, mode),
+                   next_line)
 
     def __repr__(self) -> str:
         span = "" if self.span.whole else f", bytes={self.span.start}:{self.span.stop}"
@@ -130,38 +139,17 @@ class FilePartition(InputPartition):
 # -- listing (planning side) ----------------------------------------------------------------
 
 def list_log_files(path: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """Expand ``path`` into the list of log files, in replay order (their file indexes).
-
-    A file stays as given; a directory gives its event-log files (by extension), sorted by
-    name, hidden files (``.…``, the sink's temporaries) excluded; a list is expanded item by
-    item in its order. Runs wherever it is called (the user's driver for ``read_event_log``).
-    """
-    items = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    if not items:
-        raise InputError("read_event_log: no paths given; expected a file, a directory or a list")
-    files: list[str] = []
-    for item in items:
-        p = os.fspath(item)
-        if os.path.isdir(p):
-            names = sorted(n for n in os.listdir(p)
-                           if not n.startswith((".", "_")) and n.lower().endswith(_LOG_EXTENSIONS))
-            files.extend(os.path.join(p, n) for n in names)
-        elif os.path.exists(p):
-            files.append(p)
-        else:
-            raise InputError(f"{p}: no such file or directory")
-    return files
+    """The log files ``path`` names (``spark_adapter.files.list_logs``), as paths or URIs,
+    in replay order (their file indexes). Runs where it is called (the driver)."""
+    return [log.uri for log in list_logs(path)]
 
 
 def list_parts(directory: str, prefix: str) -> list[tuple[int, str]]:
-    """``(n, path)`` of the published parts ``<prefix>-<n>.jsonl`` in ``directory``, by ``n``."""
+    """``(n, path or URI)`` of the published parts ``<prefix>-<n>.jsonl`` in ``directory``
+    (a path or a URI), by ``n``; none when the directory does not exist yet."""
     pattern = re.compile(re.escape(prefix) + r"-(\d+)\.jsonl$")
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    parts = [(int(m.group(1)), os.path.join(directory, name))
-             for name in names if (m := pattern.fullmatch(name))]
+    parts = [(int(m.group(1)), path) for name, path in list_directory(directory)
+             if (m := pattern.fullmatch(name))]
     parts.sort()
     return parts
 
@@ -175,7 +163,7 @@ def _arrow_schema():
     return pa.schema([(name, types[sql]) for name, sql in EVENT_LOG_COLUMNS])
 
 
-def _bad_records(options: dict, path: str, index: int, span: Span):
+def _bad_records(options: dict, path: str, index: int, span: Span) -> Any:
     """The engine's ``BadRecords`` for one task; quarantine goes to a file per input file
     (per span of a file read in spans: ``-<first line>`` before the extension)."""
     from eventlog import BadRecords
@@ -194,7 +182,7 @@ def _bad_records(options: dict, path: str, index: int, span: Span):
     return BadRecords(mode, sink), sink
 
 
-def read_file_batches(path: str, index: int, part: int | None, options: dict,
+def read_file_batches(log: LogPath, index: int, part: int | None, options: dict,
                       span: Span = Span(), next_line: int | None = None) -> Iterator[Any]:
     """Arrow record batches of one file, or of its ``span``, in ``EVENT_LOG_SCHEMA``. Runs
     on an executor.
@@ -210,11 +198,15 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict,
     import pyarrow as pa
 
     from eventlog import JOIN, KIND_NAMES, LEAVE, SourceTable, read_columns
-    from eventlog.format import END, START
+    from eventlog.format import END, START, timed
 
     schema = _arrow_schema()
+    by_time = options.get("merge") == "time"  # a whole file (``plan_splits`` keeps it so)
+    high = np.iinfo(np.int64).min
     table = SourceTable()
     time_unit = options.get("time_unit")
+    path = log.uri
+    source = open_log(log)
     bad, sink = _bad_records(options, path, index, span)
     kinds = np.empty(max(START, END) + 1, dtype=object)
     kinds[:len(KIND_NAMES)] = KIND_NAMES
@@ -222,7 +214,7 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict,
     dumps = orjson.dumps
     try:
         states: list = []
-        for chunk in read_columns(path, table=table, bad=bad, modes=states,
+        for chunk in read_columns(source, table=table, bad=bad, modes=states,
                                   time_unit=time_unit, span=span):
             n = len(chunk)
             if not n:
@@ -233,6 +225,10 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict,
             key = chunk.key
             if part is not None:
                 order_key = (np.int64(part) << np.int64(_PART_SHIFT)) + chunk.line
+            elif by_time:  # TS §5.8: the latest time the file has shown up to the row
+                shown = np.where(timed(chunk.kind), chunk.start, high)
+                order_key = np.maximum.accumulate(np.maximum(shown, high))
+                high = int(order_key[-1])
             else:
                 order_key = key
             if chunk.ids is None:
@@ -256,15 +252,15 @@ def read_file_batches(path: str, index: int, part: int | None, options: dict,
             ]
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
         if span.stop is not None and states[0].mode is not None and next_line is not None:
-            _check_order_after(path, span.stop, next_line, states[0].mode,
+            _check_order_after(source, span.stop, next_line, states[0].mode,
                                states[0].last_key, time_unit, bad.mode)
     finally:
         if sink is not None:
             sink.close()
 
 
-def _check_order_after(path: str, stop: int, next_line: int, mode: str, last_key: int,
-                       time_unit: str | None, bad_mode: str) -> None:
+def _check_order_after(path: str | LogFile, stop: int, next_line: int, mode: str,
+                       last_key: int, time_unit: str | None, bad_mode: str) -> None:
     """Raise if the first good record after byte ``stop`` is before ``last_key`` (TS §5.2):
     the engine's error under ``fail``; under ``skip`` or ``quarantine`` the span after
     ``stop`` has already kept the record, so the read is refused, naming it."""
@@ -317,22 +313,26 @@ class EventLogReader(DataSourceReader):
     def __init__(self, options: dict) -> None:
         self.options = options
 
-    def _files(self) -> list[str]:
+    def _files(self) -> list[LogPath]:
         if "paths" in self.options:
-            return list(json.loads(self.options["paths"]))
+            return [LogPath.from_list(v) for v in json.loads(self.options["paths"])]
         if "path" in self.options:
-            return list_log_files(self.options["path"])
+            return list_logs(self.options["path"])
         raise InputError("goldilocks source: no path; expected .load(path) or option 'paths'")
 
     def partitions(self) -> list[FilePartition]:
         if "splits" in self.options:  # planned by read_event_log on the driver
             return [FilePartition.from_list(v) for v in json.loads(self.options["splits"])]
+        merge = self.options.get("merge", "arrival")
+        if merge == "auto":  # decided where the files are listed: read() sees the options only
+            raise InputError("goldilocks source: option merge='auto' is read_event_log's; "
+                             "expected 'arrival' or 'time' (or use read_event_log)")
         return plan_splits(self._files(), int(self.options.get("split_bytes", "0")),
-                           self.options.get("time_unit"))
+                           self.options.get("time_unit"), merge)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, FilePartition)  # ours: made by partitions() above
-        yield from read_file_batches(partition.path, partition.index, None, self.options,
+        yield from read_file_batches(partition.log, partition.index, None, self.options,
                                      partition.span, partition.next_line)
 
 
@@ -383,12 +383,12 @@ class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[FilePartition]:
         lo, hi = PartOffset.from_dict(start), PartOffset.from_dict(end)
-        return [FilePartition(path, n, part=n)
+        return [FilePartition(LogPath(path, "jsonl"), n, part=n)
                 for n, path in list_parts(self.directory, self.prefix) if lo.part < n <= hi.part]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, FilePartition)  # ours: made by partitions() above
-        yield from read_file_batches(partition.path, partition.index, partition.part,
+        yield from read_file_batches(partition.log, partition.index, partition.part,
                                      self.options)
 
     def commit(self, end: dict) -> None:
@@ -397,46 +397,62 @@ class EventLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # -- planning a batch read -------------------------------------------------------------------
 
-def plan_splits(files: list[str], split_bytes: int, time_unit: str | None = None
+def plan_splits(files: list[LogPath], split_bytes: int, time_unit: str | None = None,
+                merge: str = "arrival", chosen: list[str] | None = None,
                 ) -> list[FilePartition]:
-    """The partitions of a batch read: a JSON Lines or CSV file larger than ``split_bytes``
-    (``> 0``) as spans of about that many bytes, each starting at a line start, one task
-    each (``eventlog.spans.split_spans``: one sequential read of the file, counting
-    newlines); any other file whole. Refuses files with different kinds of order key
-    (TS §5.2). Runs where the files are listed (the driver)."""
-    from eventlog.format import log_format
+    """The partitions of a batch read: an uncompressed JSON Lines or CSV file larger than
+    ``split_bytes`` (``> 0``) as spans of about that many bytes, each starting at a line
+    start, one task each (``eventlog.spans.split_spans``: one sequential read of the file,
+    counting newlines); any other file whole. Refuses files with different kinds of order
+    key (TS §5.2). ``merge``: as the engine's (``eventlog.merge_columns``): ``"auto"`` is
+    ``"time"`` when there are several files and none carries an order key (TS §5.8), and
+    under ``"time"`` each file is read whole (its rows' key is the latest time the file has
+    shown, which a span cannot know); ``chosen`` (if given) gets the merge that runs. Runs
+    where the files are listed (the driver)."""
+    from eventlog import MERGES
     from eventlog.spans import file_mode, split_spans
 
-    splits = [split_bytes > 0 and log_format(f) != "parquet"
-              and os.path.getsize(f) > split_bytes for f in files]
+    if merge not in MERGES:
+        raise InputError(f"read_event_log: merge={merge!r}; expected one of "
+                         f"{', '.join(MERGES)}")
     modes: dict[str, str | None] = {}
-    if len(files) > 1 or any(splits):
-        modes = {f: file_mode(f, time_unit) for f in files}
+    if len(files) > 1 or split_bytes > 0:
+        modes = {f.uri: file_mode(open_log(f), time_unit) for f in files}
+    if merge == "auto":
+        keyed = [m for m in modes.values() if m is not None]
+        merge = ("time" if len(files) > 1 and keyed and all(m == "position" for m in keyed)
+                 else "arrival")
+    if len(files) > 1 and merge == "arrival":
         seen: dict[str, str] = {}
-        for f, mode in modes.items():
+        for uri, mode in modes.items():
             if mode is not None:
-                seen.setdefault(mode, f)
+                seen.setdefault(mode, uri)
         if len(seen) > 1:  # TS §5.2: one kind of order key across the files of a replay
             (m1, p1), (m2, p2) = list(seen.items())[:2]
             raise InputError(f"{p1} is ordered by {m1!r} but {p2} by {m2!r}; all files of "
                              "one replay must use the same order key (TS §5.2)")
+    if chosen is not None:
+        chosen.append("file" if len(files) == 1 else merge)
+    whole = merge == "time" and len(files) > 1
+    splits = [split_bytes > 0 and not whole and f.format != "parquet"
+              and f.compression is None and f.size > split_bytes for f in files]
     out: list[FilePartition] = []
     for i, (f, split) in enumerate(zip(files, splits)):
-        spans = (split_spans(f, split_bytes, mode=modes[f], time_unit=time_unit) if split
-                 else [Span()])
+        spans = (split_spans(open_log(f), split_bytes, mode=modes[f.uri], time_unit=time_unit)
+                 if split else [Span()])
         nexts = [s.first_line for s in spans[1:]] + [None]
         out.extend(FilePartition(f, i, None, s, n) for s, n in zip(spans, nexts))
     return out
 
 
-def _split_bytes(spark: Any, files: list[str]) -> int:
+def _split_bytes(spark: Any, files: list[LogPath]) -> int:
     """The span size of a read: about Spark's own file split size (``min(maxPartitionBytes,
     max(openCostInBytes, total bytes / default parallelism))``), adjusted so that the count
     of spans is a multiple of the cores (three equal spans on two cores take two rounds)."""
     conf = spark.conf
     most = _bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
     least = _bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
-    total = sum(os.path.getsize(f) for f in files)
+    total = sum(f.size for f in files)
     cores = max(1, spark.sparkContext.defaultParallelism)
     size = min(most, max(least, -(-total // cores)))
     spans = max(1, -(-total // size))  # empty files: one
@@ -454,22 +470,46 @@ def _bytes(text: str) -> int:
 # -- driver-side helpers ---------------------------------------------------------------------
 
 def register(spark: Any) -> None:
-    """Register the data source under ``"goldilocks"`` in ``spark`` (idempotent). Driver.
+    """Register the data source under ``"goldilocks"`` in ``spark``, once per session (Spark
+    warns each time a name is registered again). Driver.
 
     First makes sure the Python workers that will run it can import Goldilocks
     (``spark_adapter.session.use_driver_python``: a local session's workers run the driver's
     interpreter unless the user chose one)."""
-    use_driver_python(spark)  # before shipping: the class is sent with the interpreter to run
+    # before shipping: the class is sent with the interpreter to run it, so a session whose
+    # workers' interpreter changed since gets it again
+    python = use_driver_python(spark)
+    if python is not None and _registered(spark) == python:
+        return
     spark.dataSource.register(GoldilocksDataSource)
+    try:
+        _REGISTERED[spark] = python
+    except TypeError:  # a session object that cannot be held weakly: register each time
+        pass
+
+
+#: the sessions the data source is registered in, with the workers' interpreter it was
+#: registered with (held weakly: a stopped session goes)
+_REGISTERED: Any = weakref.WeakKeyDictionary()
+
+
+def _registered(spark: Any) -> str | None:
+    try:
+        return _REGISTERED.get(spark)
+    except TypeError:
+        return None
 
 
 def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathLike], *,
                    bad_records: str = "fail", quarantine: str | os.PathLike | None = None,
-                   time_unit: str | None = None, split_bytes: int | None = None) -> Any:
+                   time_unit: str | None = None, split_bytes: int | None = None,
+                   merge: str = "auto") -> Any:
     """Read event-log files (JSON Lines, CSV, Parquet) into a DataFrame: ``EVENT_LOG_SCHEMA``.
 
-    ``path``: a file, a directory (its log files by name) or a list of them; the list order is
-    the file index of the engine's merge. Runs on the driver: lists the files, plans the
+    ``path``: a file, a directory (its log files by path, in ``key=value`` partition folders
+    too), a glob, or a list of them — local paths, ``file://`` or a store's URIs, compressed
+    files as Spark writes them (``spark_adapter.files``: anything else found is refused by
+    name); the list order is the file index of the engine's merge. Runs on the driver: lists the files, plans the
     splits (``plan_splits``: a large JSON Lines or CSV file is cut at line starts into spans
     of about ``split_bytes``, one task each, after one sequential read counting its
     newlines) and registers the source; the files are parsed lazily on the executors by the
@@ -482,6 +522,12 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
     engine's quarantine format). ``time_unit``: the unit of the logs' integer times, ``"s"``,
     ``"ms"``, ``"us"`` or ``"ns"`` (``None``: nanoseconds, refusing integers implausible as
     such — the engine's rule, ``eventlog.time_scale``); typed timestamps keep their own.
+    ``merge``: how ``order_key`` orders the files' records among them, as the engine's
+    replay merges them: ``"arrival"`` (their order keys, TS §5.2), ``"time"`` (each row's
+    key is the latest time its file has shown up to it, so the replay order takes the next
+    row from the file furthest behind, TS §5.8; each file is then one task) or ``"auto"``
+    (the default): ``"time"`` when there are several files and none carries ``seq`` or
+    ``arrival`` — one log per device — else ``"arrival"``.
     """
     from eventlog import BAD_RECORD_MODES, time_scale
 
@@ -494,14 +540,17 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
     if split_bytes is not None and (type(split_bytes) is not int or split_bytes < 0):
         raise InputError(f"read_event_log: split_bytes={split_bytes!r}; expected a byte "
                          "count >= 0 (0: one task per file) or None")
-    files = [os.path.abspath(f) for f in list_log_files(path)]
+    files = list_logs(path)
     if split_bytes is None:
         split_bytes = _split_bytes(spark, files)
-    splits = plan_splits(files, split_bytes, time_unit)
+    chosen: list[str] = []
+    splits = plan_splits(files, split_bytes, time_unit, merge, chosen)
     register(spark)
-    reader = (spark.read.format(SOURCE_NAME).option("paths", json.dumps(files))
+    reader = (spark.read.format(SOURCE_NAME)
+              .option("paths", json.dumps([f.to_list() for f in files]))
               .option("splits", json.dumps([p.to_list() for p in splits]))
-              .option("bad_records", bad_records))
+              .option("bad_records", bad_records)
+              .option("merge", chosen[0]))
     if quarantine is not None:
         reader = reader.option("quarantine", os.path.abspath(os.fspath(quarantine)))
     if time_unit is not None:

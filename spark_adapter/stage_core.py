@@ -44,6 +44,8 @@ group when the micro-batch ends (Spark's watermark is the maximum over them).
 
 from __future__ import annotations
 
+import copy
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -53,9 +55,9 @@ from engine import MIN_TIME
 from engine.event import CTI, INTERVAL, POINT, Event, LateRecord
 from engine.policy import Policy
 from spark_adapter.stage_rows import Rows
-from spark_adapter.stage_spec import (ADJUSTED, DROPPED, INSERT, JOIN, KIND_CTI, LEAVE,
-                                      MERGED_CTI, PUBLISHED, REJECTED, SOURCE_CTI, StageSpec,
-                                      merged_reason)
+from spark_adapter.stage_spec import (ADJUSTED, DROPPED, IDLE_SOURCE, INSERT, JOIN, KIND_CTI,
+                                      LEAVE, MERGED_CTI, PUBLISHED, REJECTED, SOURCE_CTI,
+                                      StageSpec, merged_reason)
 
 __all__ = [
     "Decided",
@@ -99,11 +101,19 @@ class Decided:
 @dataclass
 class GroupClock:
     """One clock group in the sequential plan: the policy's state, each source's generator
-    (``None`` without generation) and the last CTI the policy emitted (``None`` before)."""
+    (``None`` without generation) and the last CTI the policy emitted (``None`` before).
+
+    With ``idle_after`` (TS §4.8): ``seen``, each source's latest time (an insert's start or
+    a CTI); ``idle``, the sources that left the policy for being more than ``idle_after``
+    behind the most advanced one; ``resumed``, those back from idleness that have not sent
+    a CTI since (their late rows say so)."""
 
     state: Any
     generators: dict | None
     high: int | None = None
+    seen: dict = field(default_factory=dict)
+    idle: set = field(default_factory=set)
+    resumed: set = field(default_factory=set)
 
 
 @dataclass
@@ -179,12 +189,30 @@ class _Decider:
         c["ctis"] += int(np.count_nonzero(good & (rows.kind == KIND_CTI)))
         c["control"] += int(np.count_nonzero(good & ((rows.kind == JOIN) | (rows.kind == LEAVE))))
 
+    def idle_groups(self) -> set:
+        """The known clock groups that do not hold the watermark back (TS §4.8): those whose
+        CTI when the micro-batch began was more than ``idle_after`` behind the most advanced
+        group's (or that had none yet). Every task decides it from the same state, so the
+        tasks, and a re-run of the micro-batch, agree."""
+        idle_after = self.spec.idle_after
+        if idle_after is None or len(self.known) < 2:
+            return set()
+        highs = {g: _high_of(self.state.groups.get(g)) for g in self.known}
+        fleet = max((h for h in highs.values() if h is not None), default=None)
+        if fleet is None:
+            return set()
+        return {g for g, h in highs.items() if h is None or h < fleet - idle_after}
+
     def marker(self, end_of_batch: dict) -> int | None:
         """The CTI this task knows every known clock group to hold once the micro-batch ends:
-        ``end_of_batch[group]`` where the task knows it, the start-of-batch CTI elsewhere. The
-        maximum over the tasks never exceeds the true minimum over the groups."""
+        ``end_of_batch[group]`` where the task knows it, the start-of-batch CTI elsewhere;
+        idle groups left out (``idle_groups``). The maximum over the tasks never exceeds the
+        true minimum over the groups that are not idle."""
         low: int | None = None
+        idle = self.idle_groups()
         for group in self.known:
+            if group in idle:
+                continue
             value = _none_max(_high_of(self.state.groups.get(group)), end_of_batch.get(group))
             if value is None:
                 return None  # a known group without any CTI holds everything back
@@ -391,6 +419,8 @@ class SequentialDecider(_Decider):
     def __init__(self, spec: StageSpec, state: StageState) -> None:
         super().__init__(spec, state)
         self.clocks: dict = {}  # group -> GroupClock, for the groups this task ran
+        self.due: dict = {}     # group -> heap of (latest time, source): who may go idle
+        self.fleet: dict = {}   # group -> its most advanced source's latest time
 
     def _clock(self, group: Any) -> GroupClock:
         clock = self.clocks.get(group)
@@ -400,10 +430,65 @@ class SequentialDecider(_Decider):
                 clock = GroupClock(self.policy.initial(),
                                    {} if self.spec.advance is not None else None)
             else:  # a copy: the start-of-batch state stays as it was (for the marker)
-                gens = None if before.generators is None else dict(before.generators)
-                clock = GroupClock(before.state, gens, before.high)
+                gens = None
+                if before.generators is not None:
+                    gens = {s: self._current(g) for s, g in before.generators.items()}
+                clock = GroupClock(before.state, gens, before.high,
+                                   dict(getattr(before, "seen", None) or {}),
+                                   set(getattr(before, "idle", None) or ()),
+                                   set(getattr(before, "resumed", None) or ()))
             self.clocks[group] = clock
+            if self.spec.idle_after is not None:
+                heap = [(t, repr(src), src) for src, t in clock.seen.items()
+                        if src not in clock.idle]
+                heapq.heapify(heap)
+                self.due[group] = heap
+                self.fleet[group] = max(clock.seen.values(), default=None)
         return clock
+
+    def _current(self, gen: Any) -> Any:
+        """A source's generator as the state left it, under this stage's options: a restart
+        may change its delay and on_late (its last CTI stays: TS §2.1). A copy."""
+        opts = dict(self.spec.advance or ())
+        new = copy.copy(gen)
+        new.delay = opts.get("delay", 0)
+        new.on_late = opts.get("on_late", gen.on_late)
+        new._adjust = new.on_late == "adjust"
+        return new
+
+    def _went_idle(self, group: Any, clock: GroupClock, now: int) -> None:
+        """Every source of ``group`` more than ``idle_after`` behind ``now``, the group's most
+        advanced time, leaves the policy (TS §4.8): a leave, which may release a CTI. It
+        comes back with its next row, as a new input."""
+        heap = self.due[group]
+        limit = now - self.spec.idle_after  # type: ignore[operator]
+        while heap and heap[0][0] < limit:
+            t, _, source = heapq.heappop(heap)
+            if source in clock.idle or clock.seen.get(source) != t:
+                continue  # stale: the source moved on (its newer entry is in the heap)
+            clock.idle.add(source)
+            clock.resumed.discard(source)
+            clock.state, outs = self.policy.leave(clock.state, source)
+            clock.high = _emitted(outs, clock.high)
+            if clock.generators is not None:
+                clock.generators.pop(source, None)
+
+    def _heard(self, group: Any, clock: GroupClock, source: Any, t: int) -> None:
+        """A row of ``source`` at ``t`` (an insert's start or a CTI), before it is decided:
+        its latest time, and its return from idleness (TS §4.8)."""
+        latest = clock.seen.get(source)
+        back = source in clock.idle
+        if back:
+            clock.idle.discard(source)
+            clock.resumed.add(source)
+        if latest is None or t > latest:
+            clock.seen[source] = latest = t
+            fleet = self.fleet.get(group)
+            if fleet is None or t > fleet:
+                self.fleet[group] = t
+        elif not back:
+            return
+        heapq.heappush(self.due[group], (latest, repr(source), source))
 
     def _decide(self, rows: Rows, d: Decided) -> None:
         n = rows.n
@@ -416,6 +501,7 @@ class SequentialDecider(_Decider):
         late_cti, row_cti = d.late_cti, d.row_cti
         groups = rows.group_keys
         pair_keys = rows.pair_keys
+        idle_after = spec.idle_after
         for i in range(n):
             if rows.bad[i]:
                 continue
@@ -423,6 +509,8 @@ class SequentialDecider(_Decider):
             clock = self._clock(group)
             row_cti[i] = self.judge(group)
             k = kind[i]
+            if idle_after is not None and (k == INSERT or k == KIND_CTI):
+                self._heard(group, clock, source, int(start[i]))
             if k == INSERT:
                 s = int(start[i])
                 if has_end is not None and end is not None and has_end[i]:
@@ -438,6 +526,9 @@ class SequentialDecider(_Decider):
                 clock.state, outs = policy.leave(clock.state, source)
                 if clock.generators is not None:
                     clock.generators.pop(source, None)
+                clock.seen.pop(source, None)
+                clock.idle.discard(source)
+                clock.resumed.discard(source)
                 clock.high = _emitted(outs, clock.high)
                 continue
             if clock.generators is not None:
@@ -456,10 +547,13 @@ class SequentialDecider(_Decider):
                 if item.source != source:  # a generated CTI: the union names its input
                     item = Event(item.kind, item.start, item.end, item.payload, source)
                 clock.state, outs = step(clock.state, item)
+                if item.kind == CTI:
+                    clock.resumed.discard(source)  # TS §4.8: back in step with the others
                 for out in outs:
                     if isinstance(out, LateRecord):  # late at the merge (TS §2.4)
                         late_cti[i] = out.cti
-                        reason[i] = merged_reason(out.reason)  # the rule, if it says one
+                        reason[i] = (IDLE_SOURCE if source in clock.resumed  # TS §4.8
+                                     else merged_reason(out.reason))  # the rule, if it says one
                         if out.adjusted is not None:
                             action[i] = ADJUSTED
                         else:
@@ -472,6 +566,8 @@ class SequentialDecider(_Decider):
                         if out.start != start[i]:
                             new_start[i] = out.start
                             d.adjusted = True
+            if idle_after is not None and (k == INSERT or k == KIND_CTI):
+                self._went_idle(group, clock, self.fleet[group])  # TS §4.8, after the row
             if keep[i] and published is not None and new_start[i] < published:
                 keep[i] = False  # behind what Spark was told: it would drop it unrecorded
                 action[i] = DROPPED

@@ -47,9 +47,11 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DateType, Doub
 from spark_adapter.jvm import stage_functions
 from spark_adapter.stage_spec import (ACTIONS, DROPPED, MERGED_CTI, NULL_SOURCE, NULL_TIME,
                                       REJECTED, SOURCE_CTI, TIME_RANGE, WM, StageSpec,
-                                      reason_text)
+                                      fingerprint_lines, reason_text)
+from spark_adapter.stage_state import options_record
 
-__all__ = ["jvm_refusal", "jvm_stage", "CODE", "LATE_TYPES", "ROW_GROUP_BYTES"]
+__all__ = ["jvm_refusal", "options_refusal", "session_refusal", "jvm_stage", "CODE", "LATE_TYPES",
+           "ROW_GROUP_BYTES"]
 
 #: the JVM plan's internal columns: the row's reason code (0: on time), and whether it stays
 #: in the stream (with ``late_path``: on time)
@@ -67,7 +69,21 @@ _LATE_CODES = {NULL_TIME: REJECTED, TIME_RANGE: REJECTED, NULL_SOURCE: REJECTED,
 
 
 def jvm_refusal(spec: StageSpec, df: DataFrame) -> str | None:
-    """Why the JVM plan cannot run this stage (``None``: it can). Driver."""
+    """Why the JVM plan cannot run this stage (``None``: it can): an option it has no form
+    for, or the session (``session_refusal``). Driver."""
+    why = options_refusal(spec, df)
+    return why if why is not None else session_refusal(df)
+
+
+def session_refusal(df: DataFrame) -> str | None:
+    """Why the session cannot run the JVM plan (no jar, another version, Spark Connect), or
+    ``None``. Driver."""
+    _, why = stage_functions(df.sparkSession)
+    return why
+
+
+def options_refusal(spec: StageSpec, df: DataFrame) -> str | None:
+    """Which of the stage's options the JVM plan has no form for (``None``: none). Driver."""
     if not spec.streaming:
         return "a batch DataFrame (the JVM plan keeps state per micro-batch of a stream)"
     if spec.plan != "parallel":
@@ -89,8 +105,7 @@ def jvm_refusal(spec: StageSpec, df: DataFrame) -> str | None:
                 return (f"column {field.name!r} is {field.dataType.simpleString()}: the JVM "
                         "plan writes late rows of flat columns (strings, numbers, booleans, "
                         "timestamps, dates, binary)")
-    _, why = stage_functions(df.sparkSession)
-    return why
+    return None
 
 
 def _ns_to_timestamp(ns: Column) -> Column:
@@ -98,7 +113,7 @@ def _ns_to_timestamp(ns: Column) -> Column:
     return F.timestamp_micros(F.call_function("div", ns - F.pmod(ns, F.lit(1000)), F.lit(1000)))
 
 
-def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame:
+def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict | None) -> DataFrame:
     """The stage's JVM plan over ``df`` (``jvm_refusal`` returned ``None``). Driver."""
     spark = df.sparkSession
     functions, why = stage_functions(spark)
@@ -119,8 +134,9 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
     actions = {code: ACTIONS[action] for code, action in _LATE_CODES.items()}
     conf = jvm.goldilocks.spark.StageConf(
         spec.name, _absolute(state_dir), None if late_path is None else _absolute(late_path),
-        policy_delay, source_delay, spec.fingerprint() + " jvm", reasons, actions,
-        late_names, late_types, ROW_GROUP_BYTES)
+        policy_delay, source_delay, fingerprint_lines(spec.fingerprint()),
+        options_record(spec, "jvm"), reasons, actions, late_names, late_types,
+        ROW_GROUP_BYTES)
     # a session with a JVM is a classic one: its columns wrap JVM columns
     from pyspark.sql.classic.column import Column as JvmColumn
     from pyspark.sql.classic.column import _to_java_column
@@ -160,7 +176,7 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
     rejected = F.shiftright(packed, 32)
     rows = F.count(F.lit(1))
     decided = decided.withWatermark(WM, "1 millisecond").observe(
-        spec.name, F.max(WM).alias("cti"),
+        spec.name, F.unix_millis(F.max(WM)).alias("cti"),
         (rows if spec.keep_late else rows - late - rejected).alias("rows"),
         late.alias("late"), rejected.alias("rejected"))
     if spec.keep_late:
@@ -178,7 +194,8 @@ def jvm_stage(df: DataFrame, spec: StageSpec, event_metadata: dict) -> DataFrame
     else:
         kept = decided.where(F.col(KEPT))
         extra = [_ns_to_timestamp(judged).alias(names["cti"])]
-    out = [F.col(c).alias(c, metadata=event_metadata) if c == spec.time_col else F.col(c)
+    out = [F.col(c).alias(c, metadata=event_metadata)
+           if c == spec.time_col and event_metadata is not None else F.col(c)
            for c in spec.user_columns]
     return kept.select(*out, *extra)
 

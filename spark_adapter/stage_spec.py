@@ -9,6 +9,7 @@ gives each row (kind, late action, reason). No pyspark import.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -53,6 +54,12 @@ __all__ = [
     "RULE_GOLDILOCKS",
     "merged_reason",
     "PUBLISHED",
+    "IDLE_SOURCE",
+    "policy_family",
+    "restart_identity",
+    "identity_changes",
+    "readable_duration",
+    "fingerprint_lines",
     "TIME_FAULTS",
     "reason_text",
     "WM",
@@ -73,6 +80,8 @@ OK = 0
 NULL_TIME, TIME_RANGE, UNSCALED_S, UNSCALED_MS, UNSCALED_US = 1, 2, 3, 4, 5
 NULL_SOURCE, NULL_KIND, UNKNOWN_KIND, BAD_END = 6, 7, 8, 9
 SOURCE_CTI, MERGED_CTI, PUBLISHED = 20, 21, 22
+#: late at the merge after its source was idle (TS §4.8: time moved on without it)
+IDLE_SOURCE = 26
 # Late at the merge, when the policy's late record names the rule that set the CTI
 # (``LateRecord.reason``: the robust rules, TS §2.5, §2.6)
 RULE_QUANTILE, RULE_MAX_AHEAD, RULE_GOLDILOCKS = 23, 24, 25
@@ -92,6 +101,7 @@ _REASONS = {
     RULE_MAX_AHEAD: "starts before the merged CTI (held back by max_ahead)",
     RULE_GOLDILOCKS: "starts before the merged CTI (goldilocks, not held back by max_ahead)",
     PUBLISHED: "starts before the watermark already published (its clock group is behind)",
+    IDLE_SOURCE: "starts before the merged CTI (its source was idle: time moved on without it)",
 }
 EDGE_KINDS = ("start", "end")  # the event log's edge kinds (TS §7), which the stage rejects
 _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
@@ -182,6 +192,67 @@ def build_advance(advance: object, on_late: str, who: str) -> tuple[tuple[str, A
             ("on_late", options["on_late"]))
 
 
+def policy_family(policy: Policy) -> str:
+    """What a restart of the stage must keep of its policy: the shape of its state. The
+    running-maximum policies (goldilocks, max) share one, whatever their delay; a quantile
+    rule is its k; anything else its name."""
+    if running_max_policy(policy):
+        return "goldilocks or max"
+    k = getattr(policy, "k", None)
+    if k is not None:
+        return f"quantile:{k}"
+    if getattr(policy, "max_ahead", None) is not None:
+        return "goldilocks with max_ahead"
+    return str(getattr(policy, "name", type(policy).__name__))
+
+
+def restart_identity(*, policy: Policy, policy_text: str, advance: tuple | None,
+                     advance_text: str, kind_col: str | None, group_cols: Sequence[str],
+                     order_by: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    """The options a restart from the same state must keep, as ``(option, what is compared,
+    what the user gave)``: those whose change would give the state another meaning. The
+    others (``delay``, ``advance``'s ``delay`` and ``on_late``, ``on_late``, ``idle_after``)
+    may change: the CTI never goes back (``docs/spark.md``, "Restarts")."""
+    opts = dict(advance or ())
+    every = opts.get("every")
+    generation = None if advance is None else (opts["every_events"],
+                                               None if every is None else int(every))
+    return (("policy", policy_family(policy), policy_text),
+            ("advance", repr(generation), advance_text),
+            ("kind_col", repr(kind_col is not None), repr(kind_col)),
+            ("group_col", repr(tuple(group_cols)), repr(tuple(group_cols) or None)),
+            ("order_by", repr(tuple(order_by)), repr(tuple(order_by) or None)))
+
+
+def identity_changes(stored: str, current: str) -> list[str]:
+    """What differs between two stages' ``fingerprint()``s, in the user's terms
+    (``"policy: 'goldilocks' → 'min'"``); empty when they agree."""
+    try:
+        before = {name: (key, text) for name, key, text in ast.literal_eval(stored)}
+        after = {name: (key, text) for name, key, text in ast.literal_eval(current)}
+    except (ValueError, SyntaxError, TypeError):
+        return [] if stored == current else [f"options: {stored} → {current}"]
+    changes = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name, ("?", "?")), after.get(name, ("?", "?"))
+        if old[0] != new[0]:
+            changes.append(f"{name}: {old[1]} → {new[1]}")
+    return changes
+
+
+def fingerprint_lines(fingerprint: str) -> str:
+    """A ``fingerprint()`` as the JVM functions compare it: a line per option, ``name TAB
+    what is compared TAB as given`` (``StageTask.changes``)."""
+    rows = ast.literal_eval(fingerprint)
+    return "\n".join("\t".join(str(v).replace("\t", " ").replace("\n", " ") for v in row)
+                     for row in rows)
+
+
+def readable_duration(ns: int | None) -> str:
+    """A duration for a message: ``5s``, ``1m30s`` (``None``: none)."""
+    return "none" if ns is None else format_duration_ns(int(ns))
+
+
 def running_max_policy(policy: Policy) -> bool:
     """True for a policy whose state is the running maximum of the delayed CTIs (goldilocks,
     max): the parallel plan folds it by maxima. Anything else runs its own ``step``."""
@@ -232,17 +303,37 @@ class StageSpec:
     late_path: str | None
     user_columns: tuple[str, ...]
     order_by: tuple[str, ...] = ()
+    idle_after: int | None = None
+    identity: tuple[tuple[str, str, str], ...] = ()
+    #: the Arrow schema of the rows a task gets (a task without rows still reports the CTI)
+    input_schema: Any = None
 
     @property
     def name_of(self) -> dict:
         return dict(self.names)
 
+    @property
+    def source_delay(self) -> int:
+        """How far a source's CTI trails its newest reading (``advance``'s delay), ns."""
+        return int(dict(self.advance or ()).get("delay", 0) or 0)
+
+    @property
+    def lag(self) -> int:
+        """How far the merged CTI trails the newest reading it follows: the source's delay
+        and the policy's, ns. A downstream operator that keeps state "within the watermark"
+        (``dropDuplicatesWithinWatermark``) keeps it this long, as after
+        ``withWatermark(time_col, lag)``."""
+        return self.source_delay + int(getattr(self.policy, "delay", 0) or 0)
+
     def fingerprint(self) -> str:
-        """What the state depends on: a restart with other options must not reuse it."""
-        advance = None if self.advance is None else tuple(
-            (k, int(v) if isinstance(v, Nanoseconds) else v) for k, v in self.advance)
-        return repr((self.plan, repr(self.policy), self.policy.delay, self.policy.on_late,
-                     advance, self.group_cols, self.kind_col is not None))
+        """What the state's meaning depends on (``restart_identity``), with the values the
+        user gave: a restart whose ``identity_changes`` against the state's are not empty
+        must not reuse it."""
+        identity = self.identity or restart_identity(
+            policy=self.policy, policy_text=repr(self.policy), advance=self.advance,
+            advance_text=repr(dict(self.advance)) if self.advance else "None",
+            kind_col=self.kind_col, group_cols=self.group_cols, order_by=self.order_by)
+        return repr(identity)
 
     def new_generator(self) -> AdvanceTime:
         return AdvanceTime(**dict(self.advance))  # type: ignore[arg-type]

@@ -35,17 +35,20 @@ A reader that finds a file gone (a peer task compacted it) lists again.
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from engine.errors import InputError
 from spark_adapter.jvm import read_jvm_state
 from spark_adapter.stage_core import StageState, fold
-from spark_adapter.stage_spec import StageSpec, TaskInfo
+from spark_adapter.stage_spec import StageSpec, TaskInfo, identity_changes, readable_duration
 
-__all__ = ["StateStore", "LateFiles", "filesystem", "read_stage_state", "RETAIN"]
+__all__ = ["StateStore", "LateFiles", "filesystem", "read_stage_state", "stored_stages",
+           "options_record", "StoredStage", "RETAIN", "OPTIONS"]
 
 #: snapshots kept before the newest one (enough to re-run the last committed micro-batch)
 RETAIN = 2
@@ -53,6 +56,9 @@ _SNAP = re.compile(r"snap-(\d+)\.pkl$")
 _PART = re.compile(r"part-(\d+)-(.+)-(\d+)\.pkl$")
 _LATE = re.compile(r"part-(\d+)-(.+)\.parquet$")
 _BEGUN = "begun"
+#: the stage's options beside its state (``options_record``), read when a plan is built
+OPTIONS = "options.json"
+_QUERY = re.compile(r"[0-9a-fA-F-]{8,}|batch")  # a query id (Spark's: a UUID)
 _JVM = "jvm"  # the JVM plan's folder (spark_adapter/java: StageTask)
 _ATTEMPTS = 8
 
@@ -153,6 +159,8 @@ class StateStore:
                     "with a new checkpoint (which starts the stream over)")
             self.fs.create_dir(self.dir, recursive=True)
             _write_atomically(self.fs, self._path(_BEGUN), lambda out: out.write(b"0\n"))
+            record = options_record(self.spec, "python").encode()
+            _write_atomically(self.fs, self._path(OPTIONS), lambda out: out.write(record))
         snaps: dict[int, str] = {}
         parts: dict[int, list[str]] = {}
         for name in names:
@@ -171,11 +179,14 @@ class StateStore:
         base = max(snaps, default=None)
         fingerprint = self.spec.fingerprint()
         state = self._read(snaps[base]) if base is not None else StageState(fingerprint)
-        if state.fingerprint != fingerprint:
+        changed = identity_changes(state.fingerprint, fingerprint)
+        if changed:
             raise InputError(
-                f"watermark_stage: the state in {self.dir} was written by a stage with other "
-                f"options ({state.fingerprint}); this one has {fingerprint}. Keep the options "
-                "of the running query, or start a new query (a new checkpoint)")
+                f"watermark_stage: the state in {self.dir} was written by this stage with "
+                f"other options ({'; '.join(changed)}). A restart of this query must keep "
+                "them; to run with these options, start a new query (a new checkpoint) with "
+                "its own state_dir")
+        state.fingerprint = fingerprint  # the delays may change (docs/spark.md, "Restarts")
         pending = sorted(b for b in parts if base is None or b > base)
         for b in pending:
             state = fold(state, [self._read(name) for name in sorted(parts[b])], self.spec, b)
@@ -257,6 +268,54 @@ class LateFiles:
                 self._writer = None
 
 
+def options_record(spec: StageSpec, plan: str) -> str:
+    """The stage's options as JSON (``options.json`` beside its state): the plan (``python``
+    or ``jvm``), the fingerprint a restart is checked against (``stored_stages``), and the
+    options that may change, as given."""
+    return json.dumps({
+        "plan": plan, "name": spec.name, "fingerprint": spec.fingerprint(),
+        "delay": readable_duration(getattr(spec.policy, "delay", 0)),
+        "source_delay": readable_duration(spec.source_delay),
+        "idle_after": readable_duration(spec.idle_after),
+        "on_late": getattr(spec.policy, "on_late", None)}, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
+class StoredStage:
+    """A stage's state found under ``state_dir``: its query, its plan (``python`` or
+    ``jvm``) and its fingerprint (``StageSpec.fingerprint``)."""
+
+    query: str
+    plan: str
+    fingerprint: str
+
+
+def stored_stages(state_dir: str, name: str) -> list[StoredStage]:
+    """The states of the stage ``name`` under ``state_dir`` that say their options, one per
+    query (driver, when the plan is built; the state of an older version says none)."""
+    from pyarrow import fs
+
+    fs_, root = filesystem(state_dir)
+    root = root.rstrip("/")
+    try:
+        infos = fs_.get_file_info(fs.FileSelector(root, allow_not_found=True))
+    except (OSError, ValueError):
+        return []
+    found = []
+    for info in infos:
+        if info.type != fs.FileType.Directory or not _QUERY.fullmatch(info.base_name):
+            continue
+        for folder in (f"{info.path}/{name}", f"{info.path}/{name}/{_JVM}"):
+            try:
+                with fs_.open_input_stream(f"{folder}/{OPTIONS}") as f:
+                    record = json.loads(f.read())
+            except (FileNotFoundError, OSError, ValueError):
+                continue
+            found.append(StoredStage(info.base_name, str(record.get("plan")),
+                                     str(record.get("fingerprint"))))
+    return found
+
+
 def read_stage_state(state_dir: str, query_id: str, name: str = "goldilocks",
                      policy: Any = None) -> dict:
     """The stage's newest snapshot for a query, as plain values (for inspection; driver).
@@ -279,6 +338,15 @@ def read_stage_state(state_dir: str, query_id: str, name: str = "goldilocks",
                 return f.read()
 
         return read_jvm_state(_names(fs_, jvm_dir), read)
+    if not _is_dir(fs_, directory):
+        from pyarrow import fs
+
+        listed = fs_.get_file_info(fs.FileSelector(root.rstrip("/"), allow_not_found=True))
+        queries = sorted(i.base_name for i in listed if _is_dir(fs_, f"{i.path}/{name}"))
+        raise InputError(f"read_stage_state: no state of the stage {name!r} for query "
+                         f"{query_id!r} in {state_dir}; it holds "
+                         + (f"the queries {', '.join(queries)}" if queries else "none")
+                         + " (a query's id: query.id, or its checkpoint's metadata file)")
     snaps = sorted(int(m.group(1)) for n in _names(fs_, directory) if (m := _SNAP.fullmatch(n)))
     if not snaps:
         return {}

@@ -249,6 +249,8 @@ def run_task(spec: StageSpec, batches: Iterable[Any], info: TaskInfo) -> Iterato
         if late_files is not None:
             late_files.abort()
         raise
+    if store is not None and shape is None and spec.input_schema is not None:
+        shape = OutputShape(spec, spec.input_schema)  # no row: the CTI in force, all the same
     if store is not None and shape is not None:
         partial = decider.partial()
         store.save(partial)

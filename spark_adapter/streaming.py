@@ -43,12 +43,14 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
 
 from engine.errors import InputError
 from engine.policy import Policy
-from engine.times import DurationLike
+from engine.times import DurationLike, to_duration_ns
 from eventlog import time_scale
 from spark_adapter.session import use_driver_python
-from spark_adapter.stage_jvm import jvm_refusal, jvm_stage
+from spark_adapter.stage_state import stored_stages
+from spark_adapter.stage_jvm import jvm_stage, options_refusal, session_refusal
 from spark_adapter.stage_spec import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, StageSpec,
-                                      build_advance, build_policy, check_keys, choose_plan)
+                                      build_advance, build_policy, check_keys, choose_plan,
+                                      identity_changes, restart_identity)
 from spark_adapter.schema import WATERMARK_THRESHOLD
 
 __all__ = ["watermark_stage", "split_late", "DEFAULT_NAMES", "EVENT_LOG_STAGE", "stage_plan"]
@@ -68,7 +70,7 @@ _KEY_TYPES = (StringType, *_INTEGRAL, BooleanType, DateType, TimestampType)
 _ORDERABLE = (StringType, *_INTEGRAL, BooleanType, DateType, TimestampType, TimestampNTZType,
               DoubleType, FloatType, DecimalType, BinaryType)
 _DELAY_KEY = "spark.watermarkDelayMs"  # Spark's EventTimeWatermark.delayKey
-_THRESHOLD_MS = 1  # WATERMARK_THRESHOLD in ms
+_NS_PER_MS = 1_000_000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WHO = "watermark_stage"
 _LOG = logging.getLogger("goldilocks.spark")
@@ -101,6 +103,10 @@ def _check_time(field: StructField, role: str, time_unit: str | None) -> tuple[b
                         f"{field.name!r} is a timestamp (it carries its own unit)")
         return True, None
     if isinstance(t, _INTEGRAL):
+        if time_unit is None:  # an integer says nothing of its unit: every row would be a guess
+            raise _fail(f"{role} {field.name!r} is {_type_name(t)}, a count of some unit since "
+                        "the epoch; say which: time_unit='s', 'ms', 'us' or 'ns' (or convert "
+                        f"it, e.g. F.timestamp_millis('{field.name}'))")
         try:
             return False, time_scale(time_unit)
         except InputError as err:
@@ -174,6 +180,58 @@ def _has_watermark(df: DataFrame) -> bool:
     return "EventTimeWatermark" in plan
 
 
+_WARNED: set[str] = set()  # the session reasons already said at WARN, once per process
+
+
+def _say_plan(spec: StageSpec, why: str, session: bool) -> None:
+    """Say which Python plan runs and why not the JVM plan: once at WARN when the session is
+    the reason (the jar: a fallback the user can undo), at INFO when an option is."""
+    if not session:
+        _LOG.info("watermark_stage %r: the %s plan in Python (not the JVM plan: %s)",
+                  spec.name, spec.plan, why)
+        return
+    level = logging.INFO if why in _WARNED else logging.WARNING
+    _WARNED.add(why)
+    _LOG.log(level, "watermark_stage %r runs in Python (the %s plan), not as the stage's JVM "
+             "functions: %s", spec.name, spec.plan, why)
+
+
+def _restart_plan(spec: StageSpec, jvm: bool | None) -> str | None:
+    """Check the stage against the states it may restart from (driver, when the plan is
+    built): refuse, naming the options in the user's terms, when ``state_dir`` holds this
+    stage's state only with other options (``stage_spec.restart_identity``: a restart may
+    change the delays, ``on_late`` and ``idle_after``, not what the state means). Returns
+    the plan (``"python"``, ``"jvm"``) that wrote every state this stage could restart
+    from, or ``None``."""
+    if not spec.streaming or spec.state_dir is None:
+        return None
+    stored = stored_stages(spec.state_dir, spec.name)
+    if not stored:
+        return None
+    mine = spec.fingerprint()
+    fitting = [s for s in stored if not identity_changes(s.fingerprint, mine)]
+    if not fitting:
+        told = "; ".join(f"query {s.query}: {', '.join(identity_changes(s.fingerprint, mine))}"
+                         for s in stored[:3])
+        raise _fail(
+            f"state_dir={spec.state_dir!r} holds the state of the stage name={spec.name!r} "
+            f"with other options ({told}). A restart of that query must keep them (delay, "
+            "advance's delay, on_late and idle_after may change); a new query (a new "
+            "checkpoint) with these options needs its own state_dir")
+    plans = {s.plan for s in fitting}
+    ran = plans.pop() if len(plans) == 1 else None
+    if ran == "python" and jvm is True:
+        raise _fail(f"jvm=True, but state_dir={spec.state_dir!r} holds this stage's state as "
+                    "its Python plan wrote it: restart that query with jvm=False (or give a "
+                    "new query its own state_dir)")
+    if ran == "jvm" and jvm is False:
+        raise _fail(f"jvm=False, but state_dir={spec.state_dir!r} holds this stage's state as "
+                    "its JVM plan wrote it: restart that query with the JVM plan (a session "
+                    "with spark.jars=spark_adapter.stage_jar()), or give a new query its own "
+                    "state_dir")
+    return ran
+
+
 def stage_plan(df: DataFrame, options: dict[str, Any]) -> StageSpec:
     """Check every option of ``watermark_stage`` (``options``: its keyword arguments) against
     the DataFrame (driver) and fix the stage's ``StageSpec``. Raises ``InputError`` naming
@@ -222,11 +280,31 @@ def stage_plan(df: DataFrame, options: dict[str, Any]) -> StageSpec:
             raise _fail(f"order_by column {c!r} is {_type_name(df.schema[c].dataType)}; "
                         "expected an orderable type (number, string, timestamp…)")
     chosen_names = _names(names, columns, is_ts)
-    built = build_policy(policy, delay, on_late, _WHO)
-    if advance is None and kind_col is None:
-        advance = {"every_events": 1}  # a reading promises nothing older from its device
+    given_advance = advance
+    if advance is None and kind_col is None and isinstance(policy, str):
+        # withWatermark's one tolerance: a reading promises nothing older than itself less
+        # delay from its device, and the policy merges those CTIs undelayed — the newest
+        # reading less delay, as Spark's watermark, with a device's own jitter kept
+        if delay is None:
+            delay = "5m" if policy == "goldilocks" else 0
+        built = build_policy(policy, 0, on_late, _WHO)
+        advance = {"every_events": 1, "delay": delay}
+    else:
+        built = build_policy(policy, delay, on_late, _WHO)
+        if advance is None and kind_col is None:  # a policy object: the engine's own parts
+            advance = {"every_events": 1}
     adv = build_advance(advance, built.on_late, _WHO) if advance is not None else None
     plan = choose_plan(built, adv, order)
+    idle = o.get("idle_after")
+    if idle is not None:
+        idle = to_duration_ns(idle, what=f"{_WHO}: idle_after")
+        if idle <= 0:
+            raise _fail(f"idle_after={o['idle_after']!r}; expected a duration > 0 (or None: "
+                        "no device or clock group is ever idle)")
+    identity = restart_identity(
+        policy=built, policy_text=repr(policy) if isinstance(policy, str) else repr(built),
+        advance=adv, advance_text="None (the default)" if given_advance is None
+        else repr(given_advance), kind_col=kind_col, group_cols=groups, order_by=order)
     streaming = df.isStreaming
     if not isinstance(keep_late, bool):
         raise _fail(f"keep_late={keep_late!r}; expected True or False")
@@ -251,7 +329,20 @@ def stage_plan(df: DataFrame, options: dict[str, Any]) -> StageSpec:
         kinds=_kinds(kinds) if kind_col is not None else (("insert", 0),),
         group_cols=groups, policy=built, advance=adv, names=tuple(chosen_names.items()),
         keep_late=keep_late, state_dir=state_dir, late_path=late_path,
-        user_columns=tuple(columns), order_by=order)
+        user_columns=tuple(columns), order_by=order, idle_after=idle, identity=identity,
+        input_schema=_arrow_schema(df) if streaming else None)
+
+
+def _arrow_schema(df: DataFrame) -> Any:
+    """The Arrow schema Spark gives ``mapInArrow`` for ``df``'s rows (``None``: a type
+    PySpark cannot say in Arrow; the plan then needs a row to know it)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+        return to_arrow_schema(df.schema, timezone=zone)
+    except Exception:
+        return None
 
 
 def _decided_schema(spec: StageSpec, df: DataFrame) -> StructType:
@@ -305,7 +396,8 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
                     time_unit: str | None = None, kinds: dict | None = None,
                     names: dict | None = None, state_dir: str | None = None,
                     late_path: str | None = None, keep_late: bool = False,
-                    name: str = "goldilocks", jvm: bool | None = None) -> DataFrame:
+                    name: str = "goldilocks", jvm: bool | None = None,
+                    idle_after: DurationLike | None = None) -> DataFrame:
     """The time policy as a stage of any DataFrame; returns its data rows (driver).
 
     ``df``: streaming (``spark.readStream…``) or batch. ``time_col``: when the row happened —
@@ -316,19 +408,26 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
     those words); ``None``: every row is an insert. ``end_col``: an interval's end (same type
     as ``time_col``; null: a point).
 
-    ``delay``: how long the merged CTI waits for the slowest clock: ``"30 seconds"``,
-    ``"5m"``, ``"PT5M"``, a ``timedelta``, a number of seconds (``engine.times.DurationLike``;
-    ``None``: 5 minutes for goldilocks).
-    ``policy``: ``"goldilocks"``, ``"max"``, ``"min"`` (over live sources), or any policy
-    object (``operators.goldilocks(delay, …)``, a third party's). ``on_late``: ``"drop"`` or
+    ``delay``: how far a reading may be behind the newest one and still count, as
+    ``withWatermark``'s delay: ``"30 seconds"``, ``"5m"``, ``"PT5M"``, a ``timedelta``, a
+    number of seconds (``engine.times.DurationLike``; ``None``: 5 minutes for goldilocks, 0
+    for the others). Without ``advance`` (and with a policy name) each device's CTI trails
+    its newest reading by ``delay`` and the policy merges them undelayed, so a device's own
+    jitter within ``delay`` is kept and Spark's watermark is native's; with ``advance``,
+    ``delay`` is the policy's (the merged CTI's lag behind the devices' CTIs). ``policy``:
+    ``"goldilocks"``, ``"max"``, ``"min"`` (over live sources), ``"quantile[:K]"``, or any
+    policy object (``operators.goldilocks(delay, …)``, a third party's), run as the engine
+    runs it. ``on_late``: ``"drop"`` or
     ``"adjust"`` (clip a late interval that still overlaps).
 
     ``advance``: CTI generation per source, the keyword arguments of the engine's
-    ``advance_time``: ``{"every_events": 1}`` (the default without ``kind_col``: each reading
-    promises nothing older from its device), ``{"every_events": 100}``,
+    ``advance_time``: ``{"every_events": 1}``, ``{"every_events": 100}``,
     ``{"every": "10 seconds"}``, plus ``"delay"`` (how far a device's own readings may be out
-    of order) and ``"on_late"`` (default: the stage's); ``None`` with ``kind_col``: the
-    stream's own CTIs only.
+    of order, default 0) and ``"on_late"`` (default: the stage's); ``None`` without
+    ``kind_col``: a CTI after every reading, ``delay`` behind it (above); ``None`` with
+    ``kind_col``: the stream's own CTIs only. ``idle_after``: a duration after which a
+    device, or a clock group, that has fallen that far behind the most advanced one stops
+    holding the clock back (TS §4.8; decided from the rows, so a restart decides the same).
 
     ``group_col``: one clock per value (or per combination of several columns).
     ``order_by``: arrival-order columns: each micro-batch's rows in that order, as the engine
@@ -345,6 +444,12 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
     the session has the stage's jar and the options allow it; ``True``: that or an error
     saying why not; ``False``: never). ``stage_jar()`` is the jar, for ``spark.jars``.
 
+    A restart from the same ``state_dir`` may change ``delay``, ``advance``'s delay and
+    ``on_late``, ``on_late`` and ``idle_after`` (the CTI never goes back); a change of what
+    the state means is refused here, naming the option (``_restart_plan``). A local classic
+    session's Python workers run this interpreter whatever the plan
+    (``spark_adapter.session.use_driver_python``).
+
     The result: the input's columns (every one nullable), ``event_time`` when ``time_col`` is
     an integer, and ``cti`` (the CTI the row was judged against; null before the first). A
     stream gets a watermark that follows the CTI (module docstring).
@@ -353,16 +458,31 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
     spec = stage_plan(df, options)
     if jvm not in (None, True, False):
         raise _fail(f"jvm={jvm!r}; expected True, False or None (when it can)")
+    # one rule whatever the plan: a local session's Python workers run this interpreter
+    # (spark_adapter.session), so the user's own Python functions see the same Python
+    use_driver_python(df.sparkSession)
+    event_metadata = None if spec.keep_late else {_DELAY_KEY: spec.lag // _NS_PER_MS}
+    ran = _restart_plan(spec, jvm)  # the plan the state was written by, if it says
+    if ran == "python" and jvm is None:
+        jvm = False
     if jvm is not False:
-        why = jvm_refusal(spec, df)
+        why = options_refusal(spec, df)
         if why is None:
-            _LOG.info("watermark_stage %r: the JVM plan", name)
-            return jvm_stage(df, spec, {_DELAY_KEY: _THRESHOLD_MS})
+            why = session_refusal(df)
+            if why is None:
+                _LOG.info("watermark_stage %r: the JVM plan", name)
+                return jvm_stage(df, spec, event_metadata)
+            if not jvm:
+                _say_plan(spec, why, session=True)
+        elif not jvm:
+            _say_plan(spec, why, session=False)
+        if ran == "jvm":
+            raise _fail(f"state_dir={spec.state_dir!r} holds this stage's state as the JVM "
+                        f"plan wrote it, but the JVM plan cannot run this stage: {why}. A "
+                        "restart of that query needs it; a new query (a new checkpoint) "
+                        "needs its own state_dir")
         if jvm:
             raise _fail(f"jvm=True, but the JVM plan cannot run this stage: {why}")
-        _LOG.info("watermark_stage %r: the %s plan in Python (not the JVM plan: %s)", name,
-                  spec.plan, why)
-    use_driver_python(df.sparkSession)  # before the function is shipped with its Python
     source = df
     if spec.plan == "sequential":  # a clock group's rows in one task, which sorts them
         source = df.repartition(*spec.group_cols) if spec.group_cols else df.repartition(1)
@@ -370,7 +490,7 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
     if spec.streaming:
         decided = decided.withWatermark(WM, WATERMARK_THRESHOLD).observe(
             name,
-            F.max(WM).alias("cti"),
+            F.unix_millis(F.max(WM)).alias("cti"),
             F.count(F.when(F.col(LATE_COUNT).isNull(), 1)).alias("rows"),
             F.coalesce(F.sum(LATE_COUNT), F.lit(0)).alias("late"),
             F.coalesce(F.sum(BAD_COUNT), F.lit(0)).alias("rejected"))
@@ -380,8 +500,11 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
     for c in decided.columns:
         if c in (WM, LATE_COUNT, BAD_COUNT):
             continue
-        if spec.streaming and c == event_col:  # an event-time column of the same watermark
-            out.append(F.col(c).alias(c, metadata={_DELAY_KEY: _THRESHOLD_MS}))
+        if spec.streaming and c == event_col and event_metadata is not None:
+            # an event-time column of the same watermark, whose delay downstream operators
+            # read as withWatermark(time_col, lag) gives it; with keep_late it is not one,
+            # so no aggregation can take late rows for data (Spark refuses it in append mode)
+            out.append(F.col(c).alias(c, metadata=event_metadata))
         else:
             out.append(F.col(c))
     return decided.where(F.col(LATE_COUNT).isNull()).select(*out)  # not a marker row

@@ -133,7 +133,31 @@ def windows(events: DataFrame, *, window: DurationLike, aggregates: Sequence[str
     schema = _schema(events, folds, key is not None, groups)
     task = _Fold(spec, folds, key_col, key_field, groups, sources,
                  {g: events.schema[g].dataType.simpleString() for g in groups})
-    return shuffled.mapInArrow(task, schema)
+    return _refuse_unseen_fields(shuffled.mapInArrow(task, schema), folds, sources)
+
+
+def _refuse_unseen_fields(result: DataFrame, folds: Sequence[Fold],
+                          sources: Sequence[str | None]) -> DataFrame:
+    """``result``, failing its job with an error naming the field when an aggregate's
+    payload field is in no insert of any window it holds — a misspelled field would
+    otherwise give nulls (zero counts) everywhere, without a word. The check is a window
+    over the result rows (one per window and key) and a filter on it, evaluated with them."""
+    from pyspark.sql import Window
+
+    fields = [f for f, s in zip(folds, sources) if f.field is not None and s is None]
+    if not fields:
+        return result
+    everything = Window.partitionBy(F.lit(0))  # the window rows are few: one per window, key
+    checks = []
+    for f in fields:
+        present = F.col(f.label) > 0 if f.kind == "count" else F.col(f.label).isNotNull()
+        seen = F.max(F.when(present, 1).otherwise(0)).over(everything)
+        message = (f"windows: aggregate {f.kind}:{f.field}: no insert of any window has a "
+                   f"numeric payload field {f.field!r} (payload fields are read by name: is "
+                   "it spelled as the payloads spell it?)")
+        checks.append(F.when(seen == 0, F.raise_error(F.lit(message))))
+    checked = result.withColumn("_gl_check", F.coalesce(*checks))
+    return checked.where(F.col("_gl_check").isNull()).drop("_gl_check")  # a filter: kept
 
 
 def _definition(window: DurationLike, hop: DurationLike | None, offset: DurationLike,

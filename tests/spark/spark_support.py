@@ -116,12 +116,9 @@ def canonical_late(rows: Iterable[Any]) -> bytes:
 
 
 def engine_replay_bytes(paths: Sequence[Any], tmp_path: Any, **options: Any) -> tuple[bytes, bytes]:
-    """The engine's replay of ``paths`` in their arrival order, as Spark reads them
-    (``merge="arrival"``: several logs without ``seq``/``arrival`` interleave by position;
-    the engine's default would merge those by time): (output bytes, late bytes)."""
+    """The engine's replay of ``paths``: (output bytes, late bytes)."""
     from goldilocks.replay import replay as engine_replay
 
-    options.setdefault("merge", "arrival")
     out, late = tmp_path / "engine-out.jsonl", tmp_path / "engine-late.jsonl"
     engine_replay([str(p) for p in paths], out=out, late=late, **options)
     return out.read_bytes(), late.read_bytes()

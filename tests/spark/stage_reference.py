@@ -69,7 +69,7 @@ def documented_order(rows: Iterable[Row], arrival: bool = False) -> list[Row]:
 
 
 class _Group:
-    def __init__(self, policy: Any, advance: dict | None) -> None:
+    def __init__(self, policy: Any, advance: dict | None, idle_after: int | None = None) -> None:
         self.union = Union(policy)
         self.out: list = []
         self.union.subscribe(CallbackSubscriber(self.out.append, prefetch=1 << 20))
@@ -77,6 +77,19 @@ class _Group:
         self.generators: dict = {}
         self.advance = advance
         self.cti: int | None = None
+        self.idle_after = idle_after
+        self.seen: dict = {}  # source -> latest time (TS §4.8)
+
+    def _idleness(self, row: Row, run: EngineRun) -> None:
+        """TS §4.8 by brute force: after each row, every source more than ``idle_after``
+        behind the most advanced one leaves the union (a new input when it is back)."""
+        self.seen[row.source] = max(self.seen.get(row.source, row.time), row.time)
+        fleet = max(self.seen.values())
+        for source, t in list(self.seen.items()):
+            if t < fleet - self.idle_after and source in self.inputs:  # type: ignore[operator]
+                self.inputs.pop(source).complete()
+                self.generators.pop(source, None)
+                self._collect(run)
 
     def _input(self, source: str) -> Any:
         emitter = self.inputs.get(source)
@@ -93,6 +106,7 @@ class _Group:
         if row.kind == "leave":
             emitter = self.inputs.pop(row.source, None)
             self.generators.pop(row.source, None)
+            self.seen.pop(row.source, None)
             if emitter is not None:
                 emitter.complete()
             self._collect(run)
@@ -115,6 +129,8 @@ class _Group:
             if not isinstance(item, LateRecord):
                 assert emitter.try_send(item), "the inline union always has credit"
         self._collect(run)
+        if self.idle_after is not None:
+            self._idleness(row, run)
 
     def _collect(self, run: EngineRun) -> None:
         for record in self.union.late.drain():
@@ -135,8 +151,10 @@ class _Group:
 
 
 def engine_stage(batches: Sequence[Sequence[Row]], *, policy: Any, advance: dict | None,
-                 arrival: bool = False) -> EngineRun:
-    """Feed the micro-batches to the engine in the documented order (module docstring)."""
+                 arrival: bool = False, idle_after: int | None = None) -> EngineRun:
+    """Feed the micro-batches to the engine in the documented order (module docstring);
+    with ``idle_after``, a source that falls that far behind its group leaves it until its
+    next row (TS §4.8)."""
     run = EngineRun()
     groups: dict = {}
     for batch in batches:
@@ -144,7 +162,7 @@ def engine_stage(batches: Sequence[Sequence[Row]], *, policy: Any, advance: dict
         for row in documented_order(batch, arrival):
             grp = groups.get(row.group)
             if grp is None:
-                grp = groups[row.group] = _Group(policy, advance)
+                grp = groups[row.group] = _Group(policy, advance, idle_after)
             grp.feed(row, run)
         run.ended.append({g: grp.cti for g, grp in groups.items()})
     return run

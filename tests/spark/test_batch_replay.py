@@ -169,6 +169,11 @@ def test_min_policy_is_refused_with_the_reason(spark):
     frame = _logs_frame(spark, [_seed_example()])
     with pytest.raises(NotImplementedError, match="minimum over the latest CTIs"):
         replay(frame, policy="min")
+    # whatever the delay: the policy has no batch form, which is what to say first
+    with pytest.raises(NotImplementedError, match="minimum over the latest CTIs"):
+        replay(frame, delay="2m", policy="min")
+    with pytest.raises(NotImplementedError, match="the 'quantile' rule has no Spark batch"):
+        replay(frame, delay="2m", policy="quantile:2")
     with pytest.raises(NotImplementedError, match="watermark_stage"):
         replay(frame, policy=resolve_policy("min"))
 

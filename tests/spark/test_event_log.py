@@ -27,9 +27,9 @@ ORDER = ["order_key", "file_index", "line"]
 def _spark_replay_bytes(spark, paths, **options):
     from spark_adapter import read_event_log, replay
 
-    frame = read_event_log(spark, paths, **{k: v for k, v in options.items()
-                                             if k in ("bad_records", "quarantine")})
-    rest = {k: v for k, v in options.items() if k not in ("bad_records", "quarantine")}
+    reading = ("bad_records", "quarantine", "merge")
+    frame = read_event_log(spark, paths, **{k: v for k, v in options.items() if k in reading})
+    rest = {k: v for k, v in options.items() if k not in reading}
     events, late = replay(frame, **rest)
     return (canonical_events(events.orderBy(*ORDER).collect()),
             canonical_late(late.orderBy(*ORDER).collect()))
@@ -65,7 +65,7 @@ def test_a_directory_reads_its_log_files_by_name_and_skips_hidden_ones(spark, tm
     write_log(tmp_path / "b.csv", [{"source": "B", "kind": "insert", "start": 2}])
     write_log(tmp_path / "a.jsonl", [{"source": "A", "kind": "insert", "start": 1}])
     (tmp_path / ".a-000001.jsonl.tmp").write_text("{broken\n")
-    (tmp_path / "notes.txt").write_text("not a log\n")
+    (tmp_path / "_SUCCESS").write_text("")
     rows = read_event_log(spark, tmp_path).orderBy("file_index").collect()
     assert [(r["source"], r["file_index"]) for r in rows] == [("A", 0), ("B", 1)]
 
@@ -123,6 +123,68 @@ def test_spark_replay_equals_the_engine_byte_for_byte(spark, tmp_path_factory, f
     paths = _write(tmp, files)
     want = engine_replay_bytes(paths, tmp, delay=delay, on_late=on_late)
     assert _spark_replay_bytes(spark, paths, delay=delay, on_late=on_late) == want
+
+
+def _device_logs(tmp_path, split=False):
+    """Two devices' own logs, no seq or arrival: A's clock an hour ahead of B's, B's
+    readings each a second after the one before. Read round-robin by position, A's CTIs
+    make B late; merged by time, nothing is."""
+    hour = 3600 * 10**9
+
+    def log(device, first, count):  # each reading, then the device's CTI at it
+        return [{"source": device, "kind": kind, "start": first + i * 10**9,
+                 **({"payload": {"n": i}} if kind == "insert" else {})}
+                for i in range(count) for kind in ("insert", "cti")]
+
+    a, b = log("A", hour, 40), log("B", 0, 400)
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    write_log(paths[0], a)
+    write_log(paths[1], b)
+    return paths
+
+
+@pytest.mark.parametrize("merge", ["auto", "arrival", "time"])
+def test_per_device_logs_merge_as_the_engine_merges_them(spark, tmp_path, merge):
+    """TS §5.8 in Spark: the same ``merge`` choices as the engine's replay, the same default
+    (by time for several logs without an order key), so the same bytes, late rows included;
+    the engine's ``arrival`` and ``time`` differ here, so a wrong choice cannot pass. A file
+    merged by time is read whole even when it would be split."""
+    paths = _device_logs(tmp_path)
+    options = {"delay": Nanoseconds(0), "merge": merge}
+    want = engine_replay_bytes(paths, tmp_path, **options)
+    got = _spark_replay_bytes(spark, paths, **options)
+    assert got == want
+    late_lines = want[1].count(b"\n")
+    if merge == "arrival":
+        assert late_lines > 300  # round-robin: A's hour-ahead CTIs make B's readings late
+    else:
+        assert late_lines == 0
+
+
+def test_a_time_merge_reads_each_file_in_one_task(spark, tmp_path):
+    """Merged by time, a row's key is the latest time its file has shown up to it, which a
+    span of the file cannot know: each file is one task, where by arrival it would be cut."""
+    from spark_adapter import read_event_log
+    from spark_adapter.files import list_logs
+    from spark_adapter.source import plan_splits
+
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for i, path in enumerate(paths):
+        write_log(path, [{"source": "AB"[i], "kind": "insert", "start": n * 10**9, "seq": n}
+                         for n in range(300)])
+    files = list_logs([str(p) for p in paths])
+    chosen: list[str] = []
+    assert len(plan_splits(files, 1024, merge="auto", chosen=chosen)) > 4
+    assert chosen == ["arrival"]  # an order key: the arrival order
+    chosen.clear()
+    assert len(plan_splits(files, 1024, merge="time", chosen=chosen)) == 2
+    assert chosen == ["time"]
+    frame = read_event_log(spark, paths, split_bytes=1024, merge="time")
+    assert frame.rdd.getNumPartitions() == 2
+    rows = frame.orderBy(*ORDER).select("source", "start").collect()
+    assert [r.start for r in rows] == sorted(r.start for r in rows)
+    with pytest.raises(InputError, match="merge='sideways'; expected one of auto, arrival, time"):
+        read_event_log(spark, paths, merge="sideways")
 
 
 def test_bundled_style_log_with_iso_times_matches_the_engine(spark, tmp_path):

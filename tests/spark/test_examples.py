@@ -39,5 +39,5 @@ def test_watermark_stage_example_closes_windows_as_the_cti_advances(spark, capsy
     closed = re.findall(r"closed (\S+)-(\S+): (\d+) readings", out)
     assert closed == [(f"00:00:{s:02d}", f"00:00:{s + 10:02d}", "20") for s in range(0, 50, 10)]
     assert re.findall(r"late: (\w) at (\S+), CTI (\S+), dropped: starts before its source's CTI",
-                      out) == [("B", "00:00:06", "00:00:16"), ("B", "00:00:26", "00:00:36")]
+                      out) == [("B", "00:00:06", "00:00:13"), ("B", "00:00:26", "00:00:33")]
     assert re.search(r"batch 2: .*CTI at its end 2026-01-01 00:00:26, 20 rows out, 1 late", out)

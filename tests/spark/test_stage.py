@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from engine.times import Nanoseconds
-from operators import goldilocks, max_policy, min_policy
+from operators import goldilocks, min_policy
 from spark_support import READINGS_SCHEMA, random_readings, write_readings
 from stage_reference import engine_stage
 
@@ -83,8 +83,11 @@ def test_readings_in_arrival_order_equal_the_engine(spark, tmp_path, advance, na
                              advance=advance, state_dir=str(tmp_path / "state"))
     query = run_query(staged, name, tmp_path / "ck")
     assert [p["numInputRows"] for p in query.recentProgress][:4] == [12, 12, 12, 12]
-    adv = {"every_events": 1} if advance is None else {"every": Nanoseconds(10 * 10**9)}
-    run = engine_stage(batches, policy=goldilocks("5s"), advance=adv, arrival=True)
+    if advance is None:  # the default: a device's CTI trails its newest reading by the delay
+        adv, policy = {"every_events": 1, "delay": Nanoseconds(5 * 10**9)}, goldilocks(0)
+    else:
+        adv, policy = {"every": Nanoseconds(10 * 10**9)}, goldilocks("5s")
+    run = engine_stage(batches, policy=policy, advance=adv, arrival=True)
     want = expected(run, batches)
     assert want[1], "some readings are late, so the comparison can fail"
     assert stage_rows(spark, name, tmp_path / "state" / "late") == want
@@ -114,8 +117,13 @@ def test_micro_batch_semantics_hold_without_an_arrival_column(spark, tmp_path, p
     query = run_query(staged, name, tmp_path / "ck")
     ran_jvm = any(p.name == "jvm" for p in (tmp_path / "state").glob("*/goldilocks/*"))
     assert ran_jvm == bool(jvm)
-    built = {"goldilocks": goldilocks("5s"), "min": min_policy(), "max": max_policy()}[policy]
-    run = engine_stage(batches, policy=built, advance=advance or {"every_events": 1})
+    if advance is None:  # the default: the delay is each device's, the merge adds none
+        built = {"goldilocks": goldilocks(0), "min": min_policy()}[policy]
+        tolerance = Nanoseconds(5 * 10**9 if policy == "goldilocks" else 0)
+        run = engine_stage(batches, policy=built, advance={"every_events": 1,
+                                                           "delay": tolerance})
+    else:
+        run = engine_stage(batches, policy=goldilocks("5s"), advance=advance)
     want = expected(run, batches)
     assert want[1]
     assert stage_rows(spark, name, tmp_path / "state" / "late") == want

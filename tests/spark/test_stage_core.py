@@ -9,25 +9,27 @@ engine's (``stage_reference.engine_stage``: ``AdvanceTime`` per source and a ``U
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import InputError
 from engine.times import Nanoseconds
-from operators import goldilocks, max_policy, min_policy
+from operators import goldilocks, max_policy, min_policy, quantile_policy
 from spark_adapter.stage_core import StageState, fold, new_decider
 from spark_adapter.stage_rows import read_rows
 from spark_adapter.stage_spec import (StageSpec, build_advance, build_policy, choose_plan,
-                                      reason_text)
+                                      identity_changes, reason_text)
 from stage_reference import Outcome, Row, documented_order, engine_stage
 
 S = 10**9
 _ACTION = {1: "adjusted", 2: "dropped", 3: "rejected"}
-_LEVEL = {20: "source", 21: "merge", 22: "published"}
+_LEVEL = {20: "source", 21: "merge", 22: "published", 23: "merge", 24: "merge", 25: "merge",
+          26: "merge"}
 
 
 def _spec(policy, advance, *, kinds=False, end=False, groups=(), arrival=False,
@@ -58,10 +60,13 @@ def _record_batch(rows: list[Row]) -> pa.RecordBatch:
     })
 
 
-def run_deciders(spec: StageSpec, batches, seed: int, arrival: bool = False):
-    """The stage's deciders over the micro-batches; ``(outcomes, state after each batch)``."""
+def run_deciders(spec: StageSpec, batches, seed: int, arrival: bool = False, *,
+                 state: StageState | None = None, reasons: bool = False):
+    """The stage's deciders over the micro-batches, from ``state`` (default: none yet);
+    ``(outcomes, state after each batch)``; with ``reasons``, each outcome with its reason
+    code."""
     rng = random.Random(seed)
-    state = StageState(spec.fingerprint())
+    state = state if state is not None else StageState(spec.fingerprint())
     outcomes: dict = {}
     states = []
     for k, batch in enumerate(batches):
@@ -91,11 +96,14 @@ def run_deciders(spec: StageSpec, batches, seed: int, arrival: bool = False):
                 for j, r in enumerate(chunk):
                     code = int(d.action[j])
                     if code == 0 and d.keep[j]:
-                        outcomes[r.id] = Outcome(None, int(d.start[j]))
+                        outcome = Outcome(None, int(d.start[j]))
                     elif code:
-                        outcomes[r.id] = Outcome(
+                        outcome = Outcome(
                             _ACTION[code], int(d.start[j]) if code == 1 else None,
                             int(d.late_cti[j]), _LEVEL.get(int(d.reason[j]), "bad"))
+                    else:
+                        continue
+                    outcomes[r.id] = (outcome, int(d.reason[j])) if reasons else outcome
             partials.append(decider.partial())
         state = fold(state, partials, spec, k)
         states.append(state)
@@ -306,3 +314,100 @@ def test_a_task_sorts_its_rows_in_the_documented_order(data, seed):
         chunks = [_record_batch(rows[i:i + 3]) for i in range(0, len(rows), 3)]
         got = [i for b in sorted_batches(spec, chunks) for i in b.column("id").to_pylist()]
         assert got == [r.id for r in documented_order(rows, arrival)]
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 10**6))
+def test_idle_sources_leave_and_come_back_as_the_engine_takes_them(data, seed):
+    """TS §4.8: with ``idle_after``, a source more than that behind the most advanced one of
+    its group leaves the policy after the row that showed it, and comes back with its next
+    row, as a new input — the engine's union with those inputs completed and reopened. A
+    row late at the merge because its source was idle says so."""
+    from spark_adapter.stage_spec import IDLE_SOURCE
+
+    policy = data.draw(st.sampled_from([min_policy(), min_policy("adjust"),
+                                        goldilocks(Nanoseconds(S)), quantile_policy(2)]))
+    advance = data.draw(st.sampled_from(ADVANCES))
+    advance = {**advance, "on_late": policy.on_late}
+    idle_after = data.draw(st.sampled_from([S, 5 * S, 12 * S]))
+    spec = _spec(policy, advance)
+    spec = StageSpec(**{**spec.__dict__, "idle_after": idle_after})
+    # the parallel plan (a running maximum, a CTI per reading) is never held back by a quiet
+    # source, and keeps a returning source's own CTI: TS §4.8 is the sequential plan's
+    assume(spec.plan == "sequential")
+    batches = data.draw(micro_batches(kinds=False, ends=False, groups=False))
+    want = engine_stage(batches, policy=policy, advance=dict(spec.advance),
+                        idle_after=idle_after)
+    got, states = run_deciders(spec, batches, seed, reasons=True)
+    inserts = {r.id for b in batches for r in b}
+
+    def plain(o):  # the rule's name is not what this is about
+        return None if o is None else dataclasses.replace(o, reason=None)
+    assert {i: plain(got[i][0]) for i in inserts} == {
+        i: plain(want.outcomes.get(i)) for i in inserts}
+    for k, state in enumerate(states):
+        for g, cti in want.ended[k].items():
+            assert _high(state.groups.get(g)) == cti, (k, g)
+    for k, batch in enumerate(batches):  # which rows say their source was idle
+        for r in batch:
+            if got[r.id][1] == IDLE_SOURCE:
+                assert want.outcomes[r.id].level == "merge"
+
+
+def test_a_min_clock_goes_on_without_a_device_that_stopped():
+    """``policy="min"``: B sends nothing after its first readings; without ``idle_after``
+    the clock stops at B's last CTI, with it the CTI follows A once B is ``idle_after``
+    behind, and B's reading when it is back is late, saying its source was idle."""
+    from spark_adapter.stage_spec import IDLE_SOURCE
+
+    batches = [[Row(0, "A", 0), Row(1, "B", 0), Row(2, "A", 5 * S), Row(3, "B", 5 * S)],
+               [Row(4, "A", 10 * S), Row(5, "A", 20 * S)], [Row(6, "A", 30 * S)],
+               [Row(7, "B", 12 * S), Row(8, "A", 40 * S)]]
+    ids = [r.id for b in batches for r in b]
+    for idle_after, highs in ((None, [5 * S, 5 * S, 5 * S, 12 * S]),
+                              (10 * S, [5 * S, 20 * S, 30 * S, 40 * S])):
+        spec = _spec(min_policy(), {"every_events": 1})
+        spec = StageSpec(**{**spec.__dict__, "idle_after": idle_after})
+        got, states = run_deciders(spec, batches, seed=3, reasons=True)
+        assert [_high(state.groups[()]) for state in states] == highs
+        if idle_after is not None:
+            assert got[7] == (Outcome("dropped", None, 30 * S, "merge"), IDLE_SOURCE)
+            assert all(got[i][0].action is None for i in ids if i != 7)
+            assert states[1].groups[()].idle == {"B"}
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 10**6))
+def test_a_restart_with_other_delays_keeps_the_clock_monotone(data, seed):
+    """The state of one stage taken on by a stage with other delays (``delay``,
+    ``advance``'s delay): every CTI after the change is at or above every CTI before it
+    (TS §2.1: the published watermark and each group's clock never go back), and the
+    rows after it are judged against at least the CTI the first stage had reached."""
+    policy = data.draw(st.sampled_from([goldilocks(0), goldilocks(Nanoseconds(3 * S)),
+                                        max_policy(), min_policy()]))
+    before = data.draw(st.sampled_from(ADVANCES[:2]))
+    after = data.draw(st.sampled_from([{"every_events": 1, "delay": Nanoseconds(5 * S)},
+                                       {"every_events": 1, "delay": 0}]))
+    name = policy.name
+    delay2 = data.draw(st.sampled_from([0, Nanoseconds(8 * S)])) if name == "goldilocks" else 0
+    policy2 = goldilocks(delay2) if name == "goldilocks" else policy
+    spec1 = _spec(policy, before)
+    spec2 = _spec(policy2, after)
+    if spec1.plan != spec2.plan:
+        return  # every_events and the plan are not what this is about
+    assert not identity_changes(spec1.fingerprint(), spec2.fingerprint())  # nor delays
+    batches = data.draw(micro_batches(kinds=False, ends=False, groups=False))
+    cut = data.draw(st.integers(0, len(batches)))
+    _, states1 = run_deciders(spec1, batches[:cut], seed)
+    start = states1[-1] if states1 else StageState(spec1.fingerprint())
+    reached = _high(start.groups.get(()))
+    got, states2 = run_deciders(spec2, batches[cut:], seed, state=start)
+    highs = [_high(s.groups.get(())) for s in states2]
+    floor = reached
+    for h in highs:
+        if floor is not None:
+            assert h is not None and h >= floor
+        floor = h if h is not None else floor
+    for r in (r for b in batches[cut:] for r in b):
+        if reached is not None and r.time < reached:
+            assert got[r.id].action == "dropped"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.times import Nanoseconds
 from operators import goldilocks
 from spark_support import random_readings, write_readings
 from stage_reference import engine_stage
@@ -110,7 +111,8 @@ def test_a_killed_driver_restarts_and_loses_and_repeats_nothing(spark, tmp_path,
     reran = [line for line in _progress(tmp_path) if line.startswith("start")]
     assert len(reran) > BATCHES, f"no batch ran twice; killed after {killed_at}"
 
-    run = engine_stage(batches, policy=goldilocks("5s"), advance={"every_events": 1})
+    run = engine_stage(batches, policy=goldilocks(0),  # the default: delay is each device's
+                       advance={"every_events": 1, "delay": Nanoseconds(5 * 10**9)})
     out = spark.read.parquet(str(tmp_path / "out")).select("id", "batch").collect()
     ids = [r["id"] for r in out]
     assert len(ids) == len(set(ids)), "a data row was written twice"

@@ -49,6 +49,21 @@ public final class Functions {
             this.conf = conf;
         }
 
+        /**
+         * Spark deserializes the functions in every task of the stage that holds them, rows
+         * or none; a streaming task takes up its state here, so that a micro-batch whose task
+         * gets no row still starts the query's state (and a missing state is refused in
+         * every task, as the Python plans refuse it).
+         */
+        private void readObject(java.io.ObjectInputStream in)
+                throws java.io.IOException, ClassNotFoundException {
+            in.defaultReadObject();
+            TaskContext context = TaskContext.get();
+            if (context != null && context.getLocalProperty("streaming.sql.batchId") != null) {
+                task();
+            }
+        }
+
         final StageTask task() {
             StageTask t = task;
             if (t != null) {
@@ -121,7 +136,7 @@ public final class Functions {
 
     /** The version of the functions below; the Python side checks it. (The state's format
      *  is {@link StageTask#FORMAT}.) */
-    static final String API = "goldilocks-stage-functions-2";
+    static final String API = "goldilocks-stage-functions-3";
 
     // Each function carries a fixed name and is applied as a column, not registered in the
     // session. The code Spark generates for a plan names the functions it calls (in its error

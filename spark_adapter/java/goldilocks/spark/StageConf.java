@@ -21,8 +21,13 @@ public final class StageConf implements Serializable {
     final long delay;
     /** The CTI generator's delay: a source's CTI trails its newest reading by this, in ns. */
     final long sourceDelay;
-    /** What the state depends on; a restart with other options refuses the state. */
+    /** What the state's meaning depends on: one line per option, {@code name TAB what is
+     *  compared TAB what the user gave}; a restart whose compared values differ refuses the
+     *  state, naming the options that changed ({@link StageTask#changes}). */
     final String fingerprint;
+    /** The stage's options as JSON, written beside the state ({@code options.json}) so that
+     *  the driver can refuse a restart with other options when the plan is built. */
+    final String optionsJson;
     /** Reason texts by reason code (the Python plan's texts, one source of truth). */
     final Map<Integer, String> reasons;
     /** Action texts by reason code of a late or rejected row. */
@@ -36,7 +41,7 @@ public final class StageConf implements Serializable {
     final int rowGroupBytes;
 
     public StageConf(String name, String stateDir, String latePath, long delay, long sourceDelay,
-                     String fingerprint, Map<Integer, String> reasons,
+                     String fingerprint, String optionsJson, Map<Integer, String> reasons,
                      Map<Integer, String> actions, List<String> lateNames, List<String> lateTypes,
                      int rowGroupBytes) {
         this.name = name;
@@ -45,6 +50,7 @@ public final class StageConf implements Serializable {
         this.delay = delay;
         this.sourceDelay = sourceDelay;
         this.fingerprint = fingerprint;
+        this.optionsJson = optionsJson;
         this.reasons = Map.copyOf(reasons);
         this.actions = Map.copyOf(actions);
         this.lateNames = lateNames.toArray(new String[0]);

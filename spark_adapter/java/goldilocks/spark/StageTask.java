@@ -29,8 +29,6 @@ import org.apache.spark.deploy.SparkHadoopUtil;
 import org.apache.spark.sql.Row;
 import org.apache.spark.util.TaskCompletionListener;
 import org.apache.spark.util.TaskFailureListener;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * One task's share of a watermark stage: the state at the start of its micro-batch, the
@@ -45,14 +43,21 @@ import org.slf4j.LoggerFactory;
  * CTI is late at the source (it changes nothing); one starting before the merged CTI is late
  * at the merge (the generator accepted it: it still counts in {@code m}).
  *
+ * <p>A restart may change the delays (the CTI never goes back): each source's CTI is kept,
+ * not recomputed from {@code m}, and so is the merged CTI in force (the floor): with the new
+ * delays a source's CTI is {@code max(its CTI, m(s) - sourceDelay)} and the merged one
+ * {@code max(floor, max over s of the sources' CTIs - delay)}.
+ *
  * <p>State, under {@code <state_dir>/<query id>/<stage name>/jvm/}:
  * <pre>
  *   begun                               the stage has run for this query
- *   cum-BBBBBBBBBBBB                    m after micro-batch B, folded
- *
- * each a format name, the options' fingerprint, the source delay, the delay (ns), then
- * (source, m) pairs: UTF-8 bytes, ns
+ *   options.json                        the stage's options (the driver reads them)
+ *   cum-BBBBBBBBBBBB                    the clock after micro-batch B, folded
  *   parts/BBBBBBBBBBBB/part-PPPPPP-RUN  one task's accepted maxima of micro-batch B
+ *
+ * each a format name, the options' fingerprint, the source delay and the delay of its
+ * writer (ns), the merged CTI in force (a cum's; none in a part), then per source: its name
+ * (UTF-8 bytes), m and its CTI (ns; none in a part)
  * </pre>
  * Exactly once with Spark's own guarantees: micro-batch k runs only after k-1 is committed,
  * and an uncommitted k runs again, with the same input, in a new run (a new run id). So every
@@ -63,7 +68,7 @@ import org.slf4j.LoggerFactory;
  * success its own part is written the same way; a failed task writes none.
  */
 final class StageTask {
-    static final String FORMAT = "goldilocks-stage-jvm-1";
+    static final String FORMAT = "goldilocks-stage-jvm-2";
     static final long NONE = Long.MIN_VALUE;
 
     // reason codes: spark_adapter/stage_spec.py
@@ -82,7 +87,6 @@ final class StageTask {
     private static final Pattern RUN = Pattern.compile("runId = ([\\w-]+)");
 
     private static final ConcurrentHashMap<String, StageTask> TASKS = new ConcurrentHashMap<>();
-    private static final Logger LOG = LoggerFactory.getLogger(StageTask.class);
 
     /** The task's state for {@code conf}, loaded on its first row. */
     static StageTask of(StageConf conf, TaskContext context) {
@@ -269,15 +273,44 @@ final class StageTask {
         return ((a ^ b) & (a ^ r)) < 0 ? NONE : r;
     }
 
+    /** A clock: per source {m, its CTI}, and the merged CTI in force. */
+    static final class Clock {
+        final TreeMap<String, long[]> sources = new TreeMap<>();
+        long floor = NONE;
+
+        /** Folds a task's accepted maxima in, under {@code conf}'s delays. */
+        void fold(Map<String, long[]> part, StageConf conf) {
+            for (Map.Entry<String, long[]> e : part.entrySet()) {
+                long m = e.getValue()[0];
+                long cti = minus(m, conf.sourceDelay);
+                long[] s = sources.get(e.getKey());
+                if (s == null) {
+                    sources.put(e.getKey(), new long[] {m, cti});
+                } else {
+                    s[0] = Math.max(s[0], m);
+                    s[1] = Math.max(s[1], cti); // TS §2.1: a source's CTI never goes back
+                }
+            }
+            settle(conf);
+        }
+
+        /** The merged CTI in force: never below the one published before (TS §2.1). */
+        void settle(StageConf conf) {
+            for (long[] s : sources.values()) {
+                floor = Math.max(floor, minus(s[1], conf.delay));
+            }
+        }
+    }
+
     private void load() {
         for (int attempt = 0; ; attempt++) {
             try {
-                TreeMap<String, Long> maxima = loadOnce();
-                for (Map.Entry<String, Long> e : maxima.entrySet()) {
-                    long cti = minus(e.getValue(), conf.sourceDelay);
-                    sources.put(e.getKey(), new long[] {cti, NONE});
-                    judged = Math.max(judged, minus(cti, conf.delay));
+                Clock clock = loadOnce();
+                clock.settle(conf); // the delays may have changed since it was written
+                for (Map.Entry<String, long[]> e : clock.sources.entrySet()) {
+                    sources.put(e.getKey(), new long[] {e.getValue()[1], NONE});
                 }
+                judged = clock.floor;
                 return;
             } catch (FileNotFoundException e) {
                 if (attempt >= ATTEMPTS) { // a peer compacted what the listing showed
@@ -291,7 +324,7 @@ final class StageTask {
         }
     }
 
-    private TreeMap<String, Long> loadOnce() throws IOException {
+    private Clock loadOnce() throws IOException {
         Path stage = dir.getParent();
         if (fs.exists(stage)) {
             for (FileStatus f : fs.listStatus(stage)) {
@@ -304,15 +337,16 @@ final class StageTask {
             }
         }
         if (!fs.exists(dir)) {
-            if (batch > 0) { // no row reached the stage before, or state_dir was moved
-                LOG.warn("goldilocks watermark_stage: no state for this query in {} at "
-                    + "micro-batch {}: starting from an empty clock. Expected when no row "
-                    + "reached the stage in the micro-batches before; if state_dir was moved "
-                    + "or deleted while the checkpoint was kept, restart with the earlier "
-                    + "state_dir or a new checkpoint", dir, batch);
+            if (batch > 0) { // every task of every micro-batch takes up the state (Functions)
+                throw new IllegalStateException("goldilocks watermark_stage: no state for this "
+                    + "query in " + dir + ", but the query is at micro-batch " + batch + ": the "
+                    + "stage's state_dir was moved or deleted while the checkpoint was kept. "
+                    + "Restart with the state_dir of the earlier runs, or with a new checkpoint "
+                    + "(which starts the stream over)");
             }
             fs.mkdirs(dir);
             write(new Path(dir, "begun"), null);
+            writeText(new Path(dir, "options.json"), conf.optionsJson);
         }
         // parts before cums: a peer writes cum-j before it deletes the parts of j, so parts
         // missing from this listing are in a cum the next listing sees
@@ -355,20 +389,18 @@ final class StageTask {
             }
         }
         Long base = cums.isEmpty() ? null : cums.lastKey();
-        TreeMap<String, Long> maxima = base == null ? new TreeMap<>() : read(cums.get(base));
+        Clock clock = base == null ? new Clock() : read(cums.get(base));
         Long folded = null;
         for (Map.Entry<Long, ArrayList<Path>> e : parts.entrySet()) {
             if (base == null || e.getKey() > base) {
                 for (Path p : e.getValue()) {
-                    for (Map.Entry<String, Long> s : read(p).entrySet()) {
-                        maxima.merge(s.getKey(), s.getValue(), Math::max);
-                    }
+                    clock.fold(read(p).sources, conf);
                 }
                 folded = e.getKey();
             }
         }
         if (folded != null) {
-            write(new Path(dir, String.format("cum-%012d", folded)), maxima);
+            write(new Path(dir, String.format("cum-%012d", folded)), clock);
             base = folded;
         }
         if (base != null) { // compact: what the newest cum covers
@@ -384,7 +416,7 @@ final class StageTask {
                 }
             }
         }
-        return maxima;
+        return clock;
     }
 
     /** At task end: this task's part (on success) and its late file. */
@@ -397,13 +429,13 @@ final class StageTask {
         }
         boolean written = false;
         try {
-            TreeMap<String, Long> mine = new TreeMap<>();
+            Clock mine = new Clock();
             for (Map.Entry<String, long[]> e : sources.entrySet()) {
                 if (e.getValue()[1] != NONE) {
-                    mine.put(e.getKey(), e.getValue()[1]);
+                    mine.sources.put(e.getKey(), new long[] {e.getValue()[1], NONE});
                 }
             }
-            if (!mine.isEmpty()) {
+            if (!mine.sources.isEmpty()) {
                 write(new Path(new Path(new Path(dir, "parts"), String.format("%012d", batch)),
                                String.format("part-%06d-%s", partition, run)), mine);
             }
@@ -420,8 +452,8 @@ final class StageTask {
         }
     }
 
-    private TreeMap<String, Long> read(Path file) throws IOException {
-        TreeMap<String, Long> out = new TreeMap<>();
+    private Clock read(Path file) throws IOException {
+        Clock out = new Clock();
         try (FSDataInputStream raw = fs.open(file);
              DataInputStream in = new DataInputStream(raw)) {
             String format = in.readUTF();
@@ -430,42 +462,90 @@ final class StageTask {
                 throw new IllegalStateException("goldilocks watermark_stage: " + file
                     + " is not this version's state (" + format + ", expected " + FORMAT + ")");
             }
-            if (!conf.fingerprint.equals(fingerprint)) {
+            String changed = changes(fingerprint, conf.fingerprint);
+            if (!changed.isEmpty()) {
                 throw new IllegalStateException("goldilocks watermark_stage: the state in "
-                    + dir + " was written by a stage with other options (" + fingerprint
-                    + "); this one has " + conf.fingerprint + ". Keep the options of the "
-                    + "running query, or start a new query (a new checkpoint)");
+                    + dir + " was written by this stage with other options (" + changed
+                    + "). A restart of this query must keep them; to run with these options, "
+                    + "start a new query (a new checkpoint) with its own state_dir");
             }
-            in.readLong(); // the delays: the fingerprint has them
+            in.readLong(); // the writer's delays (for readers of the files alone)
             in.readLong();
+            out.floor = in.readLong();
             int n = in.readInt();
             for (int i = 0; i < n; i++) {
                 byte[] name = new byte[in.readInt()];
                 in.readFully(name);
-                out.put(new String(name, StandardCharsets.UTF_8), in.readLong());
+                out.sources.put(new String(name, StandardCharsets.UTF_8),
+                                new long[] {in.readLong(), in.readLong()});
             }
         }
         return out;
     }
 
-    /** Writes {@code maxima} (or an empty marker file) under a temporary name, then renames. */
-    private void write(Path file, Map<String, Long> maxima) throws IOException {
+    /**
+     * The options whose compared value differs between two fingerprints (lines of
+     * {@code name TAB compared TAB as given}), as {@code "name: before → now"}, joined by
+     * {@code "; "}; empty when none does.
+     */
+    static String changes(String before, String now) {
+        Map<String, String[]> old = options(before);
+        Map<String, String[]> cur = options(now);
+        StringBuilder out = new StringBuilder();
+        java.util.TreeSet<String> names = new java.util.TreeSet<>(old.keySet());
+        names.addAll(cur.keySet());
+        for (String name : names) {
+            String[] a = old.getOrDefault(name, new String[] {"?", "?"});
+            String[] b = cur.getOrDefault(name, new String[] {"?", "?"});
+            if (!a[0].equals(b[0])) {
+                if (out.length() > 0) {
+                    out.append("; ");
+                }
+                out.append(name).append(": ").append(a[1]).append(" \u2192 ").append(b[1]);
+            }
+        }
+        return out.toString();
+    }
+
+    private static Map<String, String[]> options(String fingerprint) {
+        Map<String, String[]> out = new TreeMap<>();
+        for (String line : fingerprint.split("\n")) {
+            String[] f = line.split("\t", 3);
+            if (f.length == 3) {
+                out.put(f[0], new String[] {f[1], f[2]});
+            }
+        }
+        return out;
+    }
+
+    /** Writes {@code clock} (or an empty marker file) under a temporary name, then renames. */
+    private void write(Path file, Clock clock) throws IOException {
         Path tmp = new Path(file.getParent(), "." + file.getName() + "." + UUID.randomUUID());
         try (FSDataOutputStream raw = fs.create(tmp, true);
              DataOutputStream out = new DataOutputStream(raw)) {
-            if (maxima != null) {
+            if (clock != null) {
                 out.writeUTF(FORMAT);
                 out.writeUTF(conf.fingerprint);
                 out.writeLong(conf.sourceDelay); // for readers: the CTIs the maxima make
                 out.writeLong(conf.delay);
-                out.writeInt(maxima.size());
-                for (Map.Entry<String, Long> e : maxima.entrySet()) {
+                out.writeLong(clock.floor);
+                out.writeInt(clock.sources.size());
+                for (Map.Entry<String, long[]> e : clock.sources.entrySet()) {
                     byte[] name = e.getKey().getBytes(StandardCharsets.UTF_8);
                     out.writeInt(name.length);
                     out.write(name);
-                    out.writeLong(e.getValue());
+                    out.writeLong(e.getValue()[0]);
+                    out.writeLong(e.getValue()[1]);
                 }
             }
+        }
+        publish(fs, tmp, file);
+    }
+
+    private void writeText(Path file, String text) throws IOException {
+        Path tmp = new Path(file.getParent(), "." + file.getName() + "." + UUID.randomUUID());
+        try (FSDataOutputStream out = fs.create(tmp, true)) {
+            out.write(text.getBytes(StandardCharsets.UTF_8));
         }
         publish(fs, tmp, file);
     }
