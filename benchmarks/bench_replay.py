@@ -4,7 +4,12 @@ Lines scanner and RFC 3339 writer against well-kept libraries in their place
 (``benchmarks.replay_peers``: msgspec with ``Raw`` payloads, orjson, pyarrow), the same events
 with ISO-8601 start times (JSON Lines and CSV; each device's clock at its own offset, nine
 fraction digits) next to ``pyarrow.json`` reading that log alone with an explicit timestamp
-schema, and the columnar policy kernel next to a bare numpy implementation of the same policy.
+schema, the columnar policy kernel next to a bare numpy implementation of the same policy,
+and the logs users have (``benchmarks.user_logs``: written by ``json.dumps`` with its default
+spacing and the same records compact, with and without an ISO ``arrival``, ``+01:00`` times,
+keys in another order; at most 600,000 records each, ``--user-events``), each next to an
+``orjson.loads`` loop over the same file, summed up as replay's rate over the loop's and the
+spaced log's rate over the compact one's (medians of per-round ratios).
 
     python -m benchmarks.bench_replay            # 10 million events (several minutes)
     python -m benchmarks.bench_replay --quick    # 500 thousand events
