@@ -16,7 +16,6 @@ once").
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,7 +45,18 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'goldilocks.net' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"goldilocks.net.{home}"), name)
+    module: Any
+    if home == "client":
+        from goldilocks.net import client as module
+    elif home == "protocol":
+        from goldilocks.net import protocol as module
+    elif home == "admission":
+        from goldilocks.net import admission as module
+    elif home == "connection":
+        from goldilocks.net import connection as module
+    else:
+        from goldilocks.net import server as module
+    value = getattr(module, name)
     globals()[name] = value
     return value
 
