@@ -4,7 +4,12 @@ Lines scanner and RFC 3339 writer against well-kept libraries in their place
 (``benchmarks.replay_peers``: msgspec with ``Raw`` payloads, orjson, pyarrow), the same events
 with ISO-8601 start times (JSON Lines and CSV; each device's clock at its own offset, nine
 fraction digits) next to ``pyarrow.json`` reading that log alone with an explicit timestamp
-schema, and the columnar policy kernel next to a bare numpy implementation of the same policy.
+schema, the columnar policy kernel next to a bare numpy implementation of the same policy,
+and the logs users have (``benchmarks.user_logs``: written by ``json.dumps`` with its default
+spacing and the same records compact, with and without an ISO ``arrival``, ``+01:00`` times,
+keys in another order; at most 600,000 records each, ``--user-events``), each next to an
+``orjson.loads`` loop over the same file, summed up as replay's rate over the loop's and the
+spaced log's rate over the compact one's (medians of per-round ratios).
 
     python -m benchmarks.bench_replay            # 10 million events (several minutes)
     python -m benchmarks.bench_replay --quick    # 500 thousand events
@@ -37,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.user_logs import SHAPES, SPELLINGS, make_user_logs, orjson_loop
 from operators.policies import resolve_policy
 from goldilocks.replay import replay
 from engine.times import MIN_TIME
@@ -194,7 +200,40 @@ VARIANTS = [
     ("JSON Lines, element path", "jsonl", False, "ns", None),
     ("JSON Lines, element path, ISO out", "jsonl", False, "iso", None),
     ("Parquet, element path", "parquet", False, "ns", None),
-]
+] + [row for shape in SHAPES for spelling in SPELLINGS for row in (
+    (f"users' log: {shape}, {spelling}", f"user-{shape}-{spelling}", True, "ns", None),
+    ("  orjson.loads per line (decode only)", f"user-{shape}-{spelling}", True, "ns",
+     "orjson-loop"))]
+
+
+def users_summary(variants: list[tuple], times: list[list[float]],
+                  events: dict[str, int]) -> None:
+    """The users' logs against their floors, as medians of per-round ratios: replay's rate
+    over the orjson loop's on the same file, and the spaced log's replay rate over the
+    compact one's (the same records)."""
+    med = statistics.median
+    at = {(v[1], v[4]): i for i, v in enumerate(variants)}
+    lines = []
+    for shape in SHAPES:
+        rate = {}
+        for spelling in SPELLINGS:
+            log = f"user-{shape}-{spelling}"
+            if (log, None) not in at:
+                continue
+            t = times[at[log, None]]
+            rate[spelling] = t
+            text = f"  {shape:<8} {spelling:<8} {events[log] / med(t):>12,.0f} ev/s"
+            if (log, "orjson-loop") in at:
+                loop = times[at[log, "orjson-loop"]]
+                text += f"   x orjson loop {med([a / b for a, b in zip(loop, t)]):5.2f}"
+            lines.append(text)
+        if len(rate) == 2:
+            lines.append(f"  {shape:<8} spaced/compact rate "
+                         f"{med([c / s for s, c in zip(rate['spaced'], rate['compact'])]):.2f}")
+    if lines:
+        print("\nusers' logs (targets: >= 1M ev/s, >= 0.4x the orjson loop, spaced >= 0.8x "
+              "compact)")
+        print("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--events", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--user-events", type=int, default=None,
+                    help="records in each users' log (default: the events, at most 600k)")
     ap.add_argument("--skip-element", action="store_true", help="skip the slow element path")
     ap.add_argument("--only", nargs="*", default=None, metavar="N",
                     help="only these rows (numbers from 0, in the table's order)")
@@ -223,6 +264,14 @@ def main(argv: list[str] | None = None) -> None:
     if not (iso_jsonl.exists() and iso_csv.exists()):
         make_iso_logs(jsonl, iso_jsonl, iso_csv)
     logs = {"jsonl": jsonl, "parquet": parquet, "jsonl-iso": iso_jsonl, "csv-iso": iso_csv}
+    user_n = args.user_events or min(n, 600_000)
+    variants = [v for i, v in enumerate(VARIANTS)
+                if (args.only is None or str(i) in args.only)
+                and not (args.skip_element and not v[2])]
+    if any(v[1].startswith("user-") for v in variants):
+        logs.update({f"user-{shape}-{spelling}": path for (shape, spelling), path
+                     in make_user_logs(work, user_n).items()})
+    events = {log: user_n if log.startswith("user-") else n for log in logs}
     out, late = work / "out.jsonl", work / "late.jsonl"
     size = os.path.getsize(jsonl)
     print(f"{n:,} events; JSON Lines {size / 1e6:.0f} MB, Parquet "
@@ -230,14 +279,12 @@ def main(argv: list[str] | None = None) -> None:
           f"{os.path.getsize(iso_jsonl) / 1e6:.0f} MB, CSV {os.path.getsize(iso_csv) / 1e6:.0f} "
           f"MB; {repeat} rounds after a warm-up, each "
           f"running every row once, in turn\n", flush=True)
-    variants = [v for i, v in enumerate(VARIANTS)
-                if (args.only is None or str(i) in args.only)
-                and not (args.skip_element and not v[2])]
     peers: dict[Any, Any] = {None: contextlib.nullcontext,
                              "msgspec": lambda: scanners(jsonl=[msgspec_scanner]),
                              "orjson": lambda: scanners(jsonl=[]),
                              "strftime": lambda: iso_writer(arrow_iso_times),
-                             "pyarrow.json": contextlib.nullcontext}
+                             "pyarrow.json": contextlib.nullcontext,
+                             "orjson-loop": contextlib.nullcontext}
     copy = work / "copy.jsonl"
     times: list[list[float]] = [[] for _ in variants]
     cpu: list[list[float]] = [[] for _ in variants]
@@ -253,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
                 before, began = cpu_seconds(), time.perf_counter()
                 if peer == "pyarrow.json":
                     assert read_with_pyarrow_json(logs[log]) == n
+                elif peer == "orjson-loop":
+                    assert orjson_loop(logs[log]) == events[log]
                 else:
                     stats = replay([logs[log]], delay="5s", out=out, late=late,
                                    columnar=columnar, time_format=time_format)
@@ -262,8 +311,10 @@ def main(argv: list[str] | None = None) -> None:
                 times[i].append(wall)
                 cpu[i].append(used)
                 base[i].append(copied)
-            elif peer != "pyarrow.json":  # the same bytes, whoever parsed and wrote them,
-                key = time_format  # whichever log of the same events was read
+            elif peer not in ("pyarrow.json", "orjson-loop"):  # the same bytes, whoever
+                # parsed and wrote them, whichever log of the same events was read (a users'
+                # log: the same records, spaced or compact)
+                key = (log.rsplit("-", 1)[0] if log.startswith("user-") else "", time_format)
                 seen = counts.setdefault(key, (stats.records, out.read_bytes(),
                                                late.read_bytes()))
                 assert seen == (stats.records, out.read_bytes(), late.read_bytes()), label
@@ -284,8 +335,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{'end to end':<38} {'median ev/s':>12} {'best ev/s':>12} {'worst ev/s':>12} "
           f"{'CPU ev/s':>12} {'replay/copy':>11} {'x row above':>11} {'(by CPU)':>9}")
     head = 0
-    for i, (label, *_) in enumerate(variants):
+    for i, (label, log, *_) in enumerate(variants):
         t, c, b = times[i], cpu[i], base[i]
+        n = events[log]
         if not label.startswith(" "):
             head = i
         # per-round ratio to the product's row above it (1 for the product's rows)
@@ -293,6 +345,8 @@ def main(argv: list[str] | None = None) -> None:
         by_cpu = med([x / y for x, y in zip(cpu[head], c)])
         print(f"{label:<38} {n / med(t):>12,.0f} {n / min(t):>12,.0f} {n / max(t):>12,.0f} "
               f"{n / med(c):>12,.0f} {med(t) / med(b):>11.2f} {ratio:>11.2f} {by_cpu:>9.2f}")
+    users_summary(variants, times, events)
+    n = events["jsonl"]
     print(f"\n{'columnar kernel (goldilocks)':<38} {n / med(kernel):>12,.0f}")
     print(f"{'bare numpy, same policy':<38} {n / med(bare):>12,.0f}")
     print(f"kernel rate / bare numpy rate: {med(bare) / med(kernel):.2f} (target >= 0.5)")

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from eventlog.arrays import filled, int64s, numbers, strings
+from eventlog.arrays import valid as valid_rows
 from eventlog.columns import PAD, Payloads, words_of
 from eventlog.format import KIND_NAMES
 from eventlog.iso import iso_ns
@@ -52,7 +54,7 @@ def _texts(col: Any, pa: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     else:
         raise _Other
     n = len(col)
-    valid = (col.is_valid().to_numpy(zero_copy_only=False) if col.null_count
+    valid = (valid_rows(col) if col.null_count
              else np.ones(n, np.bool_))
     _, offsets, data = col.buffers()
     at = np.frombuffer(offsets, offset_type, count=col.offset + n + 1)[col.offset:]
@@ -89,7 +91,7 @@ def _text_times(col: Any, pa: Any, n: int, instant: bool, ints: bool) -> Times:
 
         rows = np.flatnonzero(rest)
         try:  # digits with an optional minus, within int64 (what int() reads in them)
-            value[rows] = pc.cast(col.take(pa.array(rows)), pa.int64()).to_numpy()
+            value[rows] = numbers(pa, pc.cast(col.take(int64s(pa, rows)), pa.int64()))
         except pa.ArrowInvalid:
             raise _Other from None
     return Times(value, state)
@@ -115,9 +117,9 @@ def _times(col: Any, pa: Any, n: int, instant: bool = True, ints: bool = False) 
     except pa.ArrowInvalid:
         raise _Other from None
     if not col.null_count:
-        return Times(col.to_numpy(), np.full(n, state, np.int8))
-    present = col.is_valid().to_numpy(zero_copy_only=False)
-    return Times(col.fill_null(0).to_numpy(),
+        return Times(numbers(pa, col), np.full(n, state, np.int8))
+    present = valid_rows(col)
+    return Times(numbers(pa, filled(pa, col, 0)),
                  np.where(present, state, ABSENT).astype(np.int8))
 
 
@@ -187,8 +189,9 @@ def _batch_columns(batch: Any, first_line: int, text_ints: bool) -> RawColumns |
         elif not (pa.types.is_string(kind_col.type) or pa.types.is_large_string(kind_col.type)):
             return None
         else:
-            kind_code = pc.index_in(kind_col, value_set=pa.array(KIND_NAMES))
-            kind = kind_code.fill_null(BAD_KIND).to_numpy().astype(np.int8)
+            kind_code = pc.index_in(kind_col,
+                                   value_set=strings(pa, [k.encode() for k in KIND_NAMES]))
+            kind = numbers(pa, filled(pa, kind_code, BAD_KIND)).astype(np.int8)
 
         source_col = column("source")
         if source_col is None:  # likewise
@@ -199,7 +202,7 @@ def _batch_columns(batch: Any, first_line: int, text_ints: bool) -> RawColumns |
             return None
         else:
             encoded = pc.dictionary_encode(source_col)  # codes in order of first appearance
-            source = encoded.indices.fill_null(NO_SOURCE).to_numpy().astype(np.int32)
+            source = numbers(pa, filled(pa, encoded.indices, NO_SOURCE)).astype(np.int32)
             try:
                 dictionary = encoded.dictionary.to_pylist()
             except UnicodeDecodeError:

@@ -11,9 +11,13 @@ So a scanner can never change what a log means, only how fast it is read.
 To add a scanner: write ``scanner(block) -> RawColumns | None`` for a format and put it in
 ``SCANNERS`` (first match wins). What each built-in reads:
 
-- ``"jsonl"``: ``eventlog.scan.flat_columns`` — lines in the flat shape the engine writes
-  (keys in canonical order, integer or ISO-8601 times); with integer times proved canonical,
-  so their bytes are reused.
+- ``"jsonl"``: ``eventlog.compact.spaced_columns`` — the same lines with whitespace between
+  tokens, as ``json.dumps`` writes them (``{"kind": "cti", "start": 5}``), compacted first;
+  then ``eventlog.scan.flat_columns`` — lines in the flat shape the engine writes (keys in
+  canonical order, integer or ISO-8601 times); with integer times proved canonical, so their
+  bytes are reused; then ``eventlog.compact.mixed_columns`` — a block whose whitespace
+  between tokens starts after its first line; last ``eventlog.keyed.keyed_columns`` —
+  records with their keys in any order, decoded by msgspec (payloads kept as raw text).
 - ``"csv"``: ``eventlog.arrow.csv_columns`` — a block of rows parsed by pyarrow.csv, one
   row per line (integer or ISO-8601 times, payload JSON text).
 - ``"parquet"``: ``eventlog.arrow.arrow_columns`` — a record batch's Arrow columns
@@ -26,6 +30,8 @@ from typing import Callable
 
 from eventlog.arrow import arrow_columns, csv_columns
 from eventlog.columns import Columns
+from eventlog.compact import mixed_columns, spaced_columns
+from eventlog.keyed import keyed_columns
 from eventlog.records import Block, RawColumns, accept
 from eventlog.scan import flat_columns
 
@@ -36,7 +42,7 @@ Scanner = Callable[[Block], "RawColumns | None"]
 
 #: the scanners tried for each format, in order
 SCANNERS: dict[str, list[Scanner]] = {
-    "jsonl": [flat_columns],
+    "jsonl": [spaced_columns, flat_columns, mixed_columns, keyed_columns],
     "csv": [csv_columns],
     "parquet": [arrow_columns],
 }

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from eventlog.arrays import bools, int64s, strings, text
 from eventlog.columns import RawLines
 from eventlog.format import reason_field
 
@@ -36,14 +37,10 @@ def _arrow() -> tuple[Any, Any]:
     return pa, pc
 
 
-def _text(pa: Any, value: str) -> Any:
-    return pa.scalar(value, pa.large_string())
-
-
 def decimals(values: np.ndarray) -> Any:
     """int64 ``values`` as decimal text (an Arrow ``large_string`` array)."""
     pa, pc = _arrow()
-    return pc.cast(pa.array(values, pa.int64()), pa.large_string())
+    return pc.cast(int64s(pa, values), pa.large_string())
 
 
 def texts(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray,
@@ -59,14 +56,13 @@ def texts(buffer: np.ndarray, p0: np.ndarray, p1: np.ndarray,
     offsets[2::3] = p1
     offsets[3::3] = p1
     whole = pa.LargeStringArray.from_buffers(3 * k, pa.py_buffer(offsets), pa.py_buffer(buffer))
-    mask = None if valid is None else ~valid
-    return pc.take(whole, pa.array(np.arange(1, 3 * k, 3), pa.int64(), mask=mask))
+    return pc.take(whole, int64s(pa, np.arange(1, 3 * k, 3), valid))
 
 
 def _spread(pa: Any, pc: Any, values: Any, where: np.ndarray) -> Any:
     """``values`` (one per true row of ``where``) placed at those rows, null elsewhere."""
     index = np.cumsum(where) - 1
-    return pc.take(values, pa.array(index, pa.int64(), mask=~where))
+    return pc.take(values, int64s(pa, index, where))
 
 
 def _lines(joined: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -187,7 +183,7 @@ def iso_times(values: np.ndarray) -> Any:
     np.cumsum(22 + digits + (digits > 0), out=offsets[1:])
     found = pa.LargeStringArray.from_buffers(m, pa.py_buffer(offsets),
                                              pa.py_buffer(text[used]))
-    return found if run is None else pc.take(found, pa.array(run, pa.int64()))
+    return found if run is None else pc.take(found, int64s(pa, run))
 
 
 def insert_lines(prefixes: Sequence[bytes], source: np.ndarray, start: np.ndarray,
@@ -206,18 +202,17 @@ def insert_lines(prefixes: Sequence[bytes], source: np.ndarray, start: np.ndarra
     pa, pc = _arrow()
     join = pc.binary_join_element_wise
     src = source[rows]
-    pieces = [pc.take(pa.array(prefixes, pa.large_binary()).cast(pa.large_string()),
-                      pa.array(src, pa.int64())),
+    pieces = [pc.take(strings(pa, prefixes), int64s(pa, src)),
               times(start[rows])]
     interval = has_end[rows]
     if interval.any():
-        pieces.append(join(_text(pa, ',"end":'),
-                           _spread(pa, pc, times(end[rows][interval]), interval), _text(pa, "")))
+        pieces.append(join(text(pa, ',"end":'),
+                           _spread(pa, pc, times(end[rows][interval]), interval), text(pa, "")))
     given = p1 > p0
     if given.any():
-        pieces.append(join(_text(pa, ',"payload":'), texts(buffer, p0, p1, given),
-                           _text(pa, "")))
-    data, at = _lines(join(*pieces, _text(pa, "}\n"), _text(pa, ""), null_handling="skip"))
+        pieces.append(join(text(pa, ',"payload":'), texts(buffer, p0, p1, given),
+                           text(pa, "")))
+    data, at = _lines(join(*pieces, text(pa, "}\n"), text(pa, ""), null_handling="skip"))
     prefix_lens = np.array([len(p) for p in prefixes] or [0], np.int64)
     body = np.zeros(n, np.int64)
     stop = np.zeros(n, np.int64)
@@ -242,14 +237,14 @@ def late_text(raw: RawLines, rows: np.ndarray, cti: np.ndarray, adjusted: np.nda
     join = pc.binary_join_element_wise
     c = times(cti)
     action = pc.coalesce(
-        join(_text(pa, ',"action":"adjusted","adjusted_start":'),
-             pc.if_else(pa.array(adjusted), c, pa.scalar(None, pa.large_string())),
-             _text(pa, "")),
-        _text(pa, ',"action":"dropped"'))
+        join(text(pa, ',"action":"adjusted","adjusted_start":'),
+             pc.if_else(bools(pa, adjusted), c, text(pa, None)),
+             text(pa, "")),
+        text(pa, ',"action":"dropped"'))
     body = raw.body[rows]
     lines = texts(raw.data, body, raw.stop[rows] - 2)  # without the closing }\n
-    pieces = [lines, _text(pa, ',"cti":'), c, action]
+    pieces = [lines, text(pa, ',"cti":'), c, action]
     if reason is not None and any(r is not None for r in reasons):
-        fields = pa.array([reason_field(r).decode() for r in reasons], pa.large_string())
-        pieces.append(fields.take(pa.array(np.asarray(reason, np.int64))))
-    return _lines(join(*pieces, _text(pa, "}\n"), _text(pa, "")))[0]
+        fields = strings(pa, [reason_field(r) for r in reasons])
+        pieces.append(fields.take(int64s(pa, reason)))
+    return _lines(join(*pieces, text(pa, "}\n"), text(pa, "")))[0]

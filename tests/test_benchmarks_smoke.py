@@ -96,3 +96,17 @@ def test_the_per_event_ladder_runs_and_its_last_rung_counts_as_union_inline():
     results = ladder(N, rounds=1, warmup=0)
     assert [name for name, _ in results][:len(STEPS)] == [name for name, _, _ in STEPS]
     assert len(results) == len(STEPS) + 2 and all(ns > 0 for _, ns in results)
+
+
+def test_replay_benchmark_runs_the_users_logs(tmp_path, capsys):
+    """bench_replay's rows for the logs users have: every spaced log writes the bytes of its
+    compact twin (the warm-up round checks it), and the summary prints each ratio."""
+    from benchmarks.bench_replay import VARIANTS
+    from benchmarks.bench_replay import main as bench_replay
+
+    users = [str(i) for i, v in enumerate(VARIANTS) if v[1].startswith("user-")]
+    bench_replay(["--events", "3000", "--repeat", "5", "--dir", str(tmp_path), "--only",
+                  *users])
+    out = capsys.readouterr().out
+    assert out.count("x orjson loop") == len(users) // 2
+    assert out.count("spaced/compact rate") == len(users) // 4

@@ -14,26 +14,56 @@ from the position the server gives when it comes back (``docs/protocol.md``, "Ex
 once").
 """
 
-from goldilocks.net.client import (
-    Client,
-    ClientStats,
-    Publication,
-    PublicationStats,
-    RemoteOutput,
-    connect,
-)
-from goldilocks.net.protocol import (
-    DEFAULT_MAX_FRAME,
-    VERSION,
-    ConnectionLost,
-    ProtocolError,
-    RemoteError,
-    decode_events,
-    decode_frame,
-)
-from goldilocks.net.admission import load_tokens
-from goldilocks.net.connection import ConnectionStats
-from goldilocks.net.server import Server, ServerStats
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from goldilocks.net.admission import load_tokens
+    from goldilocks.net.client import (Client, ClientStats, Publication, PublicationStats,
+                                       RemoteOutput, connect)
+    from goldilocks.net.connection import ConnectionStats
+    from goldilocks.net.protocol import (DEFAULT_MAX_FRAME, VERSION, ConnectionLost,
+                                         ProtocolError, RemoteError, decode_events,
+                                         decode_frame)
+    from goldilocks.net.server import Server, ServerStats
+
+#: where each public name lives: the modules are imported on first use of a name, so that
+#: importing a light submodule (``goldilocks.net.cli``, which the command line registers)
+#: does not import the server, the client and everything under them
+_HOME = {
+    "Client": "client", "ClientStats": "client", "Publication": "client",
+    "PublicationStats": "client", "RemoteOutput": "client", "connect": "client",
+    "DEFAULT_MAX_FRAME": "protocol", "VERSION": "protocol", "ConnectionLost": "protocol",
+    "ProtocolError": "protocol", "RemoteError": "protocol", "decode_events": "protocol",
+    "decode_frame": "protocol", "load_tokens": "admission",
+    "ConnectionStats": "connection", "Server": "server", "ServerStats": "server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'goldilocks.net' has no attribute {name!r}")
+    module: Any
+    if home == "client":
+        from goldilocks.net import client as module
+    elif home == "protocol":
+        from goldilocks.net import protocol as module
+    elif home == "admission":
+        from goldilocks.net import admission as module
+    elif home == "connection":
+        from goldilocks.net import connection as module
+    else:
+        from goldilocks.net import server as module
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
+
 
 __all__ = [
     "Server",
