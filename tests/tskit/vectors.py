@@ -218,7 +218,7 @@ def features_of(vector: dict[str, Any]) -> list[str]:
 
 
 def rule_key(rule: str) -> list[int]:
-    """``"TS §2.10"`` sorts after ``"TS §2.9"``."""
+    """Rules sort by number: section, then rule (a tenth rule after the ninth)."""
     return [int(x) for x in rule.split("§")[1].split(".")]
 
 
