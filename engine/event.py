@@ -35,19 +35,23 @@ builds the same event.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from engine.codes import Action, Kind
 from engine.errors import InputError
 from engine.times import MAX_TIME, format_rfc3339, to_ns
 
 __all__ = ["Event", "LateRecord", "POINT", "INTERVAL", "CTI", "START", "END", "KINDS",
            "EDGE_KINDS", "DROPPED", "ADJUSTED", "UNMATCHED"]
 
+# An event's kind is text; the kinds that are also row kinds take their names from the code
+# table (``engine.codes.Kind``), interned so that ``kind is CTI`` holds for every spelling.
 POINT = "point"
 INTERVAL = "interval"
-CTI = "cti"
-START = "start"  # a start edge: opens an event whose end is not known yet (TS §7.1)
-END = "end"      # an end edge: closes the open start edge with its source and id (TS §7.1)
+CTI = sys.intern(Kind.CTI.text)
+START = sys.intern(Kind.START.text)  # a start edge: opens an event whose end is not known yet (TS §7.1)
+END = sys.intern(Kind.END.text)      # an end edge: closes the open start edge with its source and id (TS §7.1)
 KINDS = (POINT, INTERVAL, CTI, START, END)
 EDGE_KINDS = (START, END)
 
@@ -288,9 +292,10 @@ class Event:
         return (Event, self._key())
 
 
-DROPPED = "dropped"
-ADJUSTED = "adjusted"
-UNMATCHED = "unmatched"  # an edge without its partner, reported (TS §7.5)
+# ``LateRecord.action``: the text names of ``engine.codes.Action``
+DROPPED = sys.intern(Action.DROPPED.text)
+ADJUSTED = sys.intern(Action.ADJUSTED.text)
+UNMATCHED = sys.intern(Action.UNMATCHED.text)  # an edge without its partner, reported (TS §7.5)
 
 
 class LateRecord:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from engine.codes import Decision
 from engine.event import CTI, Event, LateRecord
 
 __all__ = [
@@ -33,12 +34,13 @@ __all__ = [
     "CTI_SUPPRESS",
 ]
 
-# Per-row decisions of the columnar path (``policy.run_columns``), as int8 codes.
-EMIT = 0           # an insert emitted unchanged
-EMIT_ADJUSTED = 1  # a late interval emitted with its start clipped to the CTI in force (TS §3.2)
-DROP_LATE = 2      # a late insert dropped (TS §3.1)
-CTI_EMIT = 3       # a CTI that advanced time: emitted at its delayed value (TS §2.1, §2.2)
-CTI_SUPPRESS = 4   # a CTI that did not advance time: not emitted
+# Per-row decisions of the columnar path (``policy.run_columns``), as int8 codes: the values
+# of ``engine.codes.Decision``, as plain ints for the hot loops.
+EMIT = int(Decision.EMIT)                    # an insert emitted unchanged
+EMIT_ADJUSTED = int(Decision.EMIT_ADJUSTED)  # a late interval clipped to the CTI (TS §3.2)
+DROP_LATE = int(Decision.DROP_LATE)          # a late insert dropped (TS §3.1)
+CTI_EMIT = int(Decision.CTI_EMIT)            # a CTI that advanced time (TS §2.1, §2.2)
+CTI_SUPPRESS = int(Decision.CTI_SUPPRESS)    # a CTI that did not advance time: not emitted
 
 #: what a step returns: events to emit and late records, in order
 Outputs = tuple[Event | LateRecord, ...]

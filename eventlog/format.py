@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import orjson
 
+from engine.codes import Kind
 from engine.errors import InputError
 from engine.event import CTI as _CTI_KIND
 from engine.event import END as _END_KIND
@@ -67,14 +68,15 @@ __all__ = [
     "STDIN",
 ]
 
-#: kind codes of the column form, and their names in a record
-INSERT, CTI, JOIN, LEAVE = 0, 1, 2, 3
+#: kind codes of the column form (``engine.codes.Kind``, as plain ints), and their names in a
+#: record
+INSERT, CTI, JOIN, LEAVE = (int(k) for k in (Kind.INSERT, Kind.CTI, Kind.JOIN, Kind.LEAVE))
 #: edges (TS §7): a start edge and an end edge, matched by source and ``id``
-START, END = 4, 5
+START, END = int(Kind.START), int(Kind.END)
 #: the kinds the fast scanners read (a block with any other kind is read by the object path)
-KIND_NAMES = ("insert", "cti", "join", "leave")
+KIND_NAMES = tuple(k.text for k in (Kind.INSERT, Kind.CTI, Kind.JOIN, Kind.LEAVE))
 KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
-EDGE_CODES = {"start": START, "end": END}
+EDGE_CODES = {Kind.START.text: START, Kind.END.text: END}
 #: every kind of a record, by name (the object path's)
 ALL_KIND_CODES = {**KIND_CODES, **EDGE_CODES}
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.codes import Decision
 from engine.event import ADJUSTED, CTI as CTI_KIND, END as END_KIND, INTERVAL, POINT
 from engine.event import START as START_KIND
 from engine.event import Event, LateRecord
@@ -27,7 +28,7 @@ from operators.edges import EdgePolicy
 __all__ = ["row_event", "event_line", "step_chunk", "finish_lines", "NO_ACTION"]
 
 #: join/leave rows in a decision column
-NO_ACTION = 9
+NO_ACTION = int(Decision.NONE)  # join and leave rows: no decision
 
 
 def row_event(k: int, start: int, end: int, has_end: bool, payload: Any, name: str | None,

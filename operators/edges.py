@@ -49,6 +49,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from engine.codes import Reason
 from engine.errors import InputError
 from engine.event import (ADJUSTED, CTI, DROPPED, END, POINT, START, UNMATCHED, Event,
                           LateRecord)
@@ -59,13 +60,13 @@ __all__ = ["with_edges", "EdgePolicy", "EdgeState", "EdgeStats", "EdgeCounts", "
            "NO_START", "DUPLICATE", "NOT_CLOSED", "FULL", "START_DROPPED", "END_EDGE",
            "DEFAULT_MAX_OPEN"]
 
-# the reasons of the records edges leave (LateRecord.reason)
-NO_START = "no_start"            # an end edge without an open start edge (TS §7.5)
-DUPLICATE = "duplicate"          # a start edge whose id is already open for its input (TS §7.5)
-NOT_CLOSED = "not_closed"        # a start edge still open when the stream ended (TS §7.5)
-FULL = "full"                    # a start edge refused: max_open edges are open (TS §7.6)
-START_DROPPED = "start_dropped"  # an end edge whose start edge was dropped late (TS §7.4)
-END_EDGE = "end_edge"            # an end edge whose end was moved to the CTI (TS §7.3)
+# the reasons of the records edges leave (LateRecord.reason; engine.codes.Reason's text names)
+NO_START = Reason.NO_START.text            # an end edge without an open start edge (TS §7.5)
+DUPLICATE = Reason.DUPLICATE.text          # a start edge whose id is open for its input (TS §7.5)
+NOT_CLOSED = Reason.NOT_CLOSED.text        # a start edge still open at the end (TS §7.5)
+FULL = Reason.FULL.text                    # a start edge refused: max_open are open (TS §7.6)
+START_DROPPED = Reason.START_DROPPED.text  # an end edge whose start edge was dropped (TS §7.4)
+END_EDGE = Reason.END_EDGE.text            # an end edge whose end was moved to the CTI (TS §7.3)
 
 DEFAULT_MAX_OPEN = 100_000
 

@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 from sortedcontainers import SortedList
 
+from engine.codes import REASON_TEXTS, Reason
 from engine.policy import CTI_EMIT, CTI_SUPPRESS, DROP_LATE, EMIT, EMIT_ADJUSTED
 from engine.times import MIN_TIME
 
@@ -47,13 +48,13 @@ __all__ = ["REASONS", "QUANTILE", "MAX_AHEAD", "GOLDILOCKS", "JOIN_ROW", "LEAVE_
            "guarded_value"]
 
 #: reasons on late records (``LateRecord.reason``): the rule that set the CTI violated
-QUANTILE = "quantile"
-MAX_AHEAD = "max_ahead"
-GOLDILOCKS = "goldilocks"
-#: the reasons a late row can carry, by code (``reason`` column): 0 is none
-REASONS: tuple[str | None, ...] = (None, QUANTILE, MAX_AHEAD, GOLDILOCKS)
-_CODE = {r: i for i, r in enumerate(REASONS)}
-_QUANTILE, _MAX_AHEAD, _GOLDILOCKS = 1, 2, 3
+QUANTILE = Reason.QUANTILE.text
+MAX_AHEAD = Reason.MAX_AHEAD.text
+GOLDILOCKS = Reason.GOLDILOCKS.text
+#: the reasons a late row can carry, by code (``reason`` column, ``engine.codes.Reason``): 0 is
+#: none
+REASONS: tuple[str | None, ...] = REASON_TEXTS
+_QUANTILE, _MAX_AHEAD, _GOLDILOCKS = int(Reason.QUANTILE), int(Reason.MAX_AHEAD), int(Reason.GOLDILOCKS)
 
 #: ``change`` codes: a row that makes its input live (join) or ends it (leave); 0 otherwise
 JOIN_ROW, LEAVE_ROW = 1, -1
@@ -181,7 +182,7 @@ def live_columns(rule: str, parameter: int, delay: int, adjust: bool, is_cti: An
         before[1:] = after[:-1]
     codes = np.zeros(n, np.int8)
     codes[emitted_rows] = emitted_why
-    carried = _CODE.get(reason, 0)
+    carried = int(Reason.of(reason))
     index = np.where(codes != 0, np.arange(n), -1)
     last = np.maximum.accumulate(index) if n else index
     why_after = np.where(last >= 0, codes[np.maximum(last, 0)], carried).astype(np.int8)

@@ -51,6 +51,7 @@ from typing import Any
 
 from sortedcontainers import SortedDict, SortedList
 
+from engine.codes import Action
 from engine.errors import InputError
 from engine.event import CTI, END, POINT, Event, LateRecord
 from engine.policy import Policy
@@ -81,7 +82,7 @@ __all__ = [
 ]
 
 #: the late action of an insert that arrived for a window already closed (TS §6.2)
-WINDOW_CLOSED = "window_closed"
+WINDOW_CLOSED = Action.WINDOW_CLOSED.text
 
 #: the built-in folds, by the name ``parse_fold`` and the command line take
 FOLD_KINDS = ("count", "sum", "mean", "min", "max")

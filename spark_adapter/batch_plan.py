@@ -47,6 +47,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from engine.codes import Decision, Kind
 from engine.errors import InputError
 from engine.policy import Policy
 from engine.times import MAX_TIME, MIN_TIME
@@ -55,14 +56,14 @@ from spark_adapter.schema import KIND_CTI, KIND_INSERT, KIND_JOIN, KIND_LEAVE
 __all__ = ["scan_decided", "delayed_cti", "kind_code", "refuse_null_order", "row_named", "kernel_udf", "decided_columns",
            "run_kernel", "KIND_CODES", "ACTION", "CTI_AFTER", "NO_ACTION"]
 
-#: ``kind`` travels through the scan as a byte: its index here.
+#: ``kind`` travels through the scan as a byte: its code (``engine.codes.Kind``, the index here).
 KIND_CODES = (KIND_INSERT, KIND_CTI, KIND_JOIN, KIND_LEAVE)
 #: Columns pass 2 adds: the engine's action code (``engine.policy``), and the CTI in force
 #: after the row (for a late insert: the CTI it violated; null while no CTI was emitted).
 ACTION = "_gl_action"
 CTI_AFTER = "_gl_cti"
 #: The action of a ``join``/``leave`` row: the policy takes no decision on it.
-NO_ACTION = 9
+NO_ACTION = int(Decision.NONE)
 
 _RID = "_gl_rid"
 _GID = "_gl_gid"
@@ -128,7 +129,7 @@ def kind_code(order: Sequence[str]) -> Column:
             code = code.when(guard & F.col("start").isNull(), F.raise_error(F.concat(
                 F.lit(f"replay: a row of kind '{name}' has no start ("), where,
                 F.lit("); expected an instant in ns"))).cast("byte"))
-        code = code.when(guard, F.lit(i).cast("byte"))
+        code = code.when(guard, F.lit(int(Kind.of(name))).cast("byte"))
     return code.otherwise(bad.cast("byte"))
 
 
@@ -289,8 +290,8 @@ def run_kernel(policy: Policy, code: Any, start_col: Any, end_col: Any, cuts: li
     import pyarrow.compute as pc
 
     n = len(code)
-    is_cti = code == 1
-    timed = code <= 1  # join/leave rows: no decision (as in the engine's columnar replay)
+    is_cti = code == Kind.CTI
+    timed = code <= Kind.CTI  # join/leave rows: no decision (as in the engine's columnar replay)
     start = pc.fill_null(start_col, 0).to_numpy()
     end = pc.fill_null(pc.coalesce(end_col, start_col), 0).to_numpy()
     action = np.full(n, NO_ACTION, np.int8)

@@ -39,6 +39,8 @@ the micro-batch after the one that made it:
 
 from __future__ import annotations
 
+from engine.codes import Kind
+
 __all__ = [
     "SOURCE_NAME",
     "EVENT_LOG_COLUMNS",
@@ -58,12 +60,12 @@ __all__ = [
 #: The short name the streaming (and batch) data source is registered under.
 SOURCE_NAME = "goldilocks"
 
-KIND_INSERT = "insert"
-KIND_CTI = "cti"
-KIND_JOIN = "join"
-KIND_LEAVE = "leave"
-KIND_START = "start"  # edges (TS §7): matched by (source, id)
-KIND_END = "end"
+KIND_INSERT = Kind.INSERT.text  # the text names of engine.codes.Kind
+KIND_CTI = Kind.CTI.text
+KIND_JOIN = Kind.JOIN.text
+KIND_LEAVE = Kind.LEAVE.text
+KIND_START = Kind.START.text  # edges (TS §7): matched by (source, id)
+KIND_END = Kind.END.text
 
 #: (name, Spark SQL type) of the event-log DataFrame, in order.
 EVENT_LOG_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -13,6 +13,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from engine.codes import Action, Reason, texts
 from engine.times import DurationLike, Nanoseconds, format_duration_ns, to_duration_ns
 from engine.errors import InputError
 from engine.policy import Policy
@@ -71,22 +72,29 @@ __all__ = [
 # or unknown); KIND_CTI, since engine.event's CTI is an event's kind.
 KIND_CTI = CTI_CODE
 
-# Late-side actions (``late_action``); 0 is a row on time.
-ON_TIME, ADJUSTED, DROPPED, REJECTED = 0, 1, 2, 3
-ACTIONS = (None, "adjusted", "dropped", "rejected")
+# Late-side actions (``late_action``, ``engine.codes.Action``, as plain ints); 0 is a row on
+# time. ``ACTIONS``: their text by code.
+ON_TIME, ADJUSTED, DROPPED, REJECTED = (int(a) for a in (Action.ON_TIME, Action.ADJUSTED,
+                                                         Action.DROPPED, Action.REJECTED))
+ACTIONS = texts(Action, none=Action.ON_TIME)
 
-# Reasons (``late_reason``). Rejected rows: their data is unusable. Late rows: the CTI broken.
-OK = 0
-NULL_TIME, TIME_RANGE, UNSCALED_S, UNSCALED_MS, UNSCALED_US = 1, 2, 3, 4, 5
-NULL_SOURCE, NULL_KIND, UNKNOWN_KIND, BAD_END = 6, 7, 8, 9
-SOURCE_CTI, MERGED_CTI, PUBLISHED = 20, 21, 22
+# Reasons (``late_reason``, ``engine.codes.Reason``). Rejected rows: their data is unusable.
+# Late rows: the CTI broken.
+OK = int(Reason.NONE)
+NULL_TIME, TIME_RANGE = int(Reason.NULL_TIME), int(Reason.TIME_RANGE)
+UNSCALED_S, UNSCALED_MS, UNSCALED_US = (int(Reason.UNSCALED_S), int(Reason.UNSCALED_MS),
+                                        int(Reason.UNSCALED_US))
+NULL_SOURCE, NULL_KIND = int(Reason.NULL_SOURCE), int(Reason.NULL_KIND)
+UNKNOWN_KIND, BAD_END = int(Reason.UNKNOWN_KIND), int(Reason.BAD_END)
+SOURCE_CTI, MERGED_CTI, PUBLISHED = (int(Reason.SOURCE_CTI), int(Reason.MERGED_CTI),
+                                     int(Reason.PUBLISHED))
 #: late at the merge after its source was idle (TS §4.8: time moved on without it)
-IDLE_SOURCE = 26
+IDLE_SOURCE = int(Reason.IDLE_SOURCE)
 # Late at the merge, when the policy's late record names the rule that set the CTI
 # (``LateRecord.reason``: the robust rules, TS §2.5, §2.6)
-RULE_QUANTILE, RULE_MAX_AHEAD, RULE_GOLDILOCKS = 23, 24, 25
-_RULE_REASONS = {"quantile": RULE_QUANTILE, "max_ahead": RULE_MAX_AHEAD,
-                 "goldilocks": RULE_GOLDILOCKS}
+RULE_QUANTILE, RULE_MAX_AHEAD, RULE_GOLDILOCKS = (int(Reason.QUANTILE), int(Reason.MAX_AHEAD),
+                                                  int(Reason.GOLDILOCKS))
+_RULE_REASONS = {r.text: int(r) for r in (Reason.QUANTILE, Reason.MAX_AHEAD, Reason.GOLDILOCKS)}
 UNSCALED_REASON = {"s": UNSCALED_S, "ms": UNSCALED_MS, "us": UNSCALED_US}
 TIME_FAULTS = (NULL_TIME, TIME_RANGE, UNSCALED_S, UNSCALED_MS, UNSCALED_US, BAD_END)
 _REASONS = {

@@ -34,6 +34,7 @@ Results
 
 from __future__ import annotations
 
+from statistics import median_low
 from typing import Any, Iterable, Sequence
 
 from engine.event import CTI, Event, LateRecord
@@ -45,6 +46,8 @@ __all__ = [
     "reference_max",
     "reference_min",
     "reference_live",
+    "quantile_rule",
+    "guarded_rule",
     "run_steps",
     "split_outputs",
     "is_marker",
@@ -206,6 +209,34 @@ def reference_live(arrivals: Sequence[Arrival], delay: int, rule: Any,
         if c is not None and c[0] > in_force:
             emitted.append(Event(CTI, c[0], None, None, None))
     return emitted, late
+
+
+def quantile_rule(k: int) -> Any:
+    """``reference_live``'s rule for ``quantile_policy(k, …)`` (TS §2.5): the k-th most
+    advanced live input's latest CTI (the least advanced when fewer than k are live)."""
+    def rule(latest: dict[Any, int]) -> tuple[int, str] | None:
+        if not latest:
+            return None
+        ordered = sorted(latest.values(), reverse=True)
+        return ordered[min(k, len(ordered)) - 1], "quantile"
+    return rule
+
+
+def guarded_rule(max_ahead: int) -> Any:
+    """``reference_live``'s rule for ``goldilocks(…, max_ahead=…)`` (TS §2.6): each input
+    that sent a CTI counts for at most the median (low) of the others' plus ``max_ahead``; the
+    largest such value, ``"goldilocks"`` when an input's own CTI, else ``"max_ahead"``."""
+    def rule(latest: dict[Any, int]) -> tuple[int, str] | None:
+        sent = {name: t for name, t in latest.items() if t > MIN_TIME}
+        if not sent:
+            return None
+        trusted = {}
+        for name, t in sent.items():
+            others = [u for other, u in sent.items() if other != name]
+            trusted[name] = min(t, median_low(others) + max_ahead) if others else t
+        best = max(trusted.values())
+        return best, "goldilocks" if best in sent.values() else "max_ahead"
+    return rule
 
 
 def split_outputs(outputs: Iterable[Any]) -> tuple[list[Event], list[LateRecord]]:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
+from engine.codes import Reason
 from engine.event import ADJUSTED, CTI, Event, LateRecord
 from engine.contracts import MAX_DEMAND
 from engine.executors import INLINE, Executor
@@ -43,7 +44,7 @@ from operators.union.inputs import JOIN, Batch, Input, Intake
 __all__ = ["Merge", "Output", "PolicyFailed"]
 
 #: a late record's reason for an input that resumed from idle (TS §4.7)
-RESUMED = "resumed"
+RESUMED = Reason.RESUMED.text
 
 _INPUT = attrgetter("input")    # of a late entry (engine.policy.LateEntry)
 _ACTION = attrgetter("action")

@@ -11,7 +11,7 @@ from engine.tck import (
     SubscriberBlackboxVerification,
     SubscriberWhiteboxVerification,
 )
-from engine.tck.report import default_paths, kit_methods, render
+from engine.tck.report import default_paths, kit_methods, render, rs_part
 
 ROOT = Path(__file__).resolve().parents[2]
 KITS = (PublisherVerification, SubscriberBlackboxVerification, SubscriberWhiteboxVerification,
@@ -20,8 +20,8 @@ KITS = (PublisherVerification, SubscriberBlackboxVerification, SubscriberWhitebo
 
 def test_conformance_doc_is_up_to_date():
     expected = render(default_paths(ROOT))
-    actual = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
-    assert actual == expected, ("docs/conformance.md is out of date: run "
+    text = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    assert rs_part(text) == expected, ("docs/conformance.md is out of date: run "
                                 "`python -m engine.tck.report --write`")
 
 
