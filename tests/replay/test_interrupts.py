@@ -35,11 +35,18 @@ def _temporaries(folder: Path) -> list[str]:
     return sorted(n for n in os.listdir(folder) if n.endswith((".tmp", ".partial")))
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C's default back, as a shell gives a command it runs in the
+    foreground (a suite started in the background, ``cmd &``, hands its children SIGINT
+    ignored, and Python then installs no KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stopped(command: list[str], folder: Path, sig: int, writing: Path | None = None):
     """Run ``command``, send ``sig`` once its output's temporary holds a megabyte (it is in
     the middle of the work), and return the finished process and its stderr."""
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, cwd=folder)
+                            text=True, cwd=folder, preexec_fn=_interruptible)
 
     def busy() -> bool:
         names = [n for n in os.listdir(folder) if n.endswith((".tmp", ".partial"))
