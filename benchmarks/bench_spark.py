@@ -62,9 +62,9 @@ named by ``--stage-contender``, with the native runs they are compared with) onc
 rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;
 the table shows their medians and the best-to-best ratio, wall seconds and the CPU seconds
 of the whole process tree (JVM and Python workers: less sensitive than wall time to other
-jobs on the machine). Before timing,
-the late count of the stage's plans, classic and Connect (their observed metrics), is checked against a
-numpy model of the documented semantics.
+jobs on the machine). Before timing, the late count of the stage's plans, classic and
+Connect (their observed metrics), is checked against a numpy model of the documented
+semantics.
 
 Windows: ``bench_spark_batch.write_files``'s log (``--window-rows`` events, 100 devices, a CTI
 every 10th row, delay 2 s, null payloads, so the windows count) as 8 Parquet files, read,
@@ -415,7 +415,8 @@ class StageBench:
         query.awaitTermination()
         wall = time.perf_counter() - began
         cpu = process_cpu(self.jvm) - cpu
-        rows = sum(p["numInputRows"] for p in query.recentProgress)
+        # a Connect client's progress may say None for a micro-batch without input
+        rows = sum(p["numInputRows"] or 0 for p in query.recentProgress)
         assert rows == self.n, (rows, self.n)
         if keep is not None:
             keep(work)
@@ -472,12 +473,19 @@ class StageBench:
 
 def bench_stage(spark: object, args: argparse.Namespace) -> None:
     """The stage before a window aggregation against Spark's own watermark (module doc)."""
+    connect = connect_session(spark)  # stopped below, or its client's threads keep us alive
+    connect.conf.set("spark.sql.shuffle.partitions", "2")  # as StageBench sets the classic's
+    try:
+        _bench_stage(spark, connect, args)
+    finally:
+        connect.stop()
+
+
+def _bench_stage(spark: object, connect: object, args: argparse.Namespace) -> None:
+    """``bench_stage`` with its Spark Connect client."""
     from pyspark.sql import functions as F
 
     from spark_adapter import stage_metrics, watermark_stage
-
-    connect = connect_session(spark)
-    connect.conf.set("spark.sql.shuffle.partitions", "2")  # as StageBench sets the classic's
 
     def stage(work: Path, spark=None, **options):
         return watermark_stage(bench.read(spark), delay=STAGE_DELAY, time_col="ts",
@@ -537,7 +545,6 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
                   also=(("stage + window", "native, device parsed + window"),
                         ("stage on Connect + window", "stage, Python plan + window"),
                         ("native on Connect + window", StageBench.NATIVE)))
-    connect.stop()
     bench.close()
 
 
