@@ -415,8 +415,8 @@ class StageBench:
         query.awaitTermination()
         wall = time.perf_counter() - began
         cpu = process_cpu(self.jvm) - cpu
-        # a Connect client's progress may say None for a micro-batch without input
-        rows = sum(p["numInputRows"] or 0 for p in query.recentProgress)
+        # the property: a Connect client's progress has p["numInputRows"] None
+        rows = sum(p.numInputRows for p in query.recentProgress)
         assert rows == self.n, (rows, self.n)
         if keep is not None:
             keep(work)

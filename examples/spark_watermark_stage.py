@@ -83,12 +83,12 @@ def main(spark=None, workdir=None) -> dict:
         marks = []
         for p in query.recentProgress:
             seen = stage_metrics(p, "thermometers")  # the same on classic and Spark Connect
-            marks.append((p["batchId"], p["eventTime"].get("watermark"), p["numInputRows"]))
+            marks.append((p["batchId"], p["eventTime"].get("watermark"), p.numInputRows))
             cti = (None if not seen or seen["cti"] is None  # epoch milliseconds, UTC
                    else datetime.fromtimestamp(seen["cti"] / 1000, timezone.utc))
             metrics = (f"; CTI at its end {cti:%Y-%m-%d %H:%M:%S}, {seen['rows']} rows out, "
                        f"{seen['late']} late" if cti else "")
-            print(f"batch {p['batchId']}: {p['numInputRows']:3d} readings in, Spark watermark "
+            print(f"batch {p['batchId']}: {p.numInputRows:3d} readings in, Spark watermark "
                   f"{marks[-1][1]}{metrics}")
         closed = spark.table("closed_windows").orderBy("window").collect()
         for w in closed:
