@@ -111,12 +111,32 @@ def _not_json(value: Any, depth: int = 0) -> str | None:
     return f"{value!r} is a {type(value).__name__}, which JSON cannot hold{hint}"
 
 
+def _flat(payload: dict) -> bool:
+    """A dict of string keys and JSON scalars (the fast check; ``False``: look closer)."""
+    for key, value in payload.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind is float:
+            if value - value != 0.0:  # NaN or infinite
+                return False
+        elif not (value is None or kind is str or kind is int or kind is bool):
+            return False
+    return True
+
+
 def _checked(what: str, payload: Any, source: Any) -> None:
     """``InputError`` for a payload that is not JSON data or a source that is not a name."""
     if source is not None and type(source) is not str:
         raise InputError(f"{what}: source {source!r} is a {type(source).__name__}; expected "
                          "a string naming the input (or None)")
-    if payload is None or type(payload) in (str, int, bool):
+    kind = type(payload)
+    if payload is None or kind is str or kind is int or kind is bool:
+        return
+    if kind is float:
+        if payload - payload == 0.0:  # not NaN, not infinite
+            return
+    elif kind is dict and _flat(payload):  # the common reading: a few scalars by name
         return
     why = _not_json(payload)
     if why is not None:

@@ -33,13 +33,13 @@ import os
 import re
 import secrets
 import stat
-from typing import Any, BinaryIO, Iterable, Mapping
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
 from engine.errors import UsageError
 from goldilocks.failpoints import failpoint
 
-__all__ = ["check_outputs", "AtomicOutput", "open_outputs", "is_path", "Output", "open_sinks",
-           "write_atomic", "open_resumed", "durable", "fsync_dir", "remove_stale_temps"]
+__all__ = ["check_outputs", "unusable_directory", "AtomicOutput", "open_outputs", "is_path",
+           "Output", "open_sinks", "write_atomic", "open_resumed", "durable", "fsync_dir", "remove_stale_temps"]
 
 
 def is_path(target: Any) -> bool:
@@ -69,6 +69,34 @@ def _discarding(ident: tuple[str, os.stat_result | None]) -> bool:
     """A character device (``/dev/null``): written in place, and by several outputs alike."""
     info = ident[1]
     return info is not None and stat.S_ISCHR(info.st_mode)
+
+
+def unusable_directory(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be a directory to write files in — created if missing — with
+    what was expected, or ``None`` if it can (it exists, or was created, and is writable)."""
+    path = os.fspath(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        return "a file of that name is in the way; expected a directory, or a path to make one"
+    except OSError as err:
+        where = next((p for p in _parents(path) if os.path.exists(p)), None)
+        return (f"cannot create the directory: {err.strerror or err}"
+                + (f" (the nearest existing parent is {where})" if where else "")
+                + "; expected a directory it can create or write in")
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "cannot write in it (permission denied); expected a writable directory"
+    return None
+
+
+def _parents(path: str) -> Iterator[str]:
+    parent = os.path.dirname(os.path.abspath(path))
+    while True:
+        yield parent
+        up = os.path.dirname(parent)
+        if up == parent:
+            return
+        parent = up
 
 
 def check_outputs(inputs: Iterable[Any], outputs: Mapping[str, Any]) -> None:

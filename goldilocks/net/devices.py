@@ -132,6 +132,7 @@ class DeviceStream:
                                          "there", position=self.position))
         else:
             self.conn.write(encode_cancel(self.id))
+        self._left("removed: the server is shutting down" if self.closing else "removed")
         self._stop_watching()
         self.conn.stream_ended(self)
 
@@ -250,7 +251,9 @@ class DeviceStream:
             return
         self.conn.tally.error(code)
         _log.info("refusing stream %d (%r) from %s: %s (%s)", self.id, self.device,
-                  self.conn.transport.peer, code, message)
+                  self.conn.transport.peer, code, message,
+                  extra={"event": "refused", "code": code, "device": self.device,
+                         "peer": self.conn.transport.peer})
         self.conn.write(encode_error(self.id, code, message, position=position))
         self._end(FAILED, ProtocolError(code, message, stream=self.id))
 
@@ -269,7 +272,14 @@ class DeviceStream:
         if self.state == OPEN:
             self._end(FAILED, reason or ClosedError(f"device stream {self.id} lost"))
 
+    def _left(self, how: str) -> None:
+        _log.info("device %r left: %s (%d events received on stream %d from %s)",
+                  self.device, how, self.received, self.id, self.conn.transport.peer,
+                  extra={"event": "left", "device": self.device, "how": how.split(":")[0],
+                         "received": self.received, "peer": self.conn.transport.peer})
+
     def _end(self, state: str, error: BaseException | None) -> None:
+        self._left("completed" if error is None else f"{state}: {error}")
         subscriber = self.subscriber
         self.state = state
         self.subscriber = None

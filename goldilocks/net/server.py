@@ -37,6 +37,8 @@ gives the figures.
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -58,12 +60,15 @@ from goldilocks.net.output import OutputStream, ServerOutput
 from goldilocks.net.protocol import DEFAULT_MAX_FRAME, MAX_SETUP_FRAME, encode_error
 from goldilocks.net.session import Session, Venue
 from goldilocks.net.transport import WS_LOGGER, TcpTransport, Transport, WebSocketTransport
+from goldilocks.outputs import unusable_directory
 from goldilocks.parts import PartStats
 from operators.edges import with_edges
 from operators.union import Union, UnionStats
 
-__all__ = ["Server", "ServerStats", "READER_LIMIT", "DEFAULT_SUBSCRIBER_LAG",
+__all__ = ["Server", "ServerStats", "StartError", "READER_LIMIT", "DEFAULT_SUBSCRIBER_LAG",
            "DEFAULT_CHECKPOINT_EVERY"]
+
+_log = logging.getLogger("goldilocks.net")
 
 #: The TCP stream reader's limit: it stops reading from the socket while it holds more than
 #: twice this (before setup, too: a connection can pin no more than that and one read).
@@ -72,6 +77,34 @@ READER_LIMIT = 64 * 1024
 DEFAULT_SUBSCRIBER_LAG = 65_536
 #: Seconds between checkpoints when a checkpoint file is given without an interval.
 DEFAULT_CHECKPOINT_EVERY = 30.0
+
+
+class StartError(InputError):
+    """``Server.start`` could not take what it was given: ``what`` is ``"ws"`` or ``"tcp"``
+    (an address it cannot listen on) or ``"out_dir"``; ``target`` the address or directory;
+    ``reason`` why, and what was expected."""
+
+    def __init__(self, what: str, target: str, reason: str) -> None:
+        label = {"ws": "WebSocket address", "tcp": "TCP address"}.get(what, what)
+        super().__init__(f"{label} {target}: {reason}")
+        self.what = what
+        self.target = target
+        self.reason = reason
+
+
+def _bind_failure(err: OSError) -> str:
+    """Why an address could not be bound, and what was expected, in one line."""
+    code = err.errno
+    if code == errno.EADDRINUSE:
+        return ("address already in use (another server listens there?); expected a free "
+                "port, or port 0 for any free port")
+    if code == errno.EACCES:
+        return ("permission denied; expected a port this user may open (1024 or above, "
+                "unless privileged)")
+    if code == errno.EADDRNOTAVAIL:
+        return "not an address of this machine; expected one of its own, or 0.0.0.0"
+    why = os.strerror(code) if code else str(err)
+    return f"cannot listen there: {why}; expected an address this machine can listen on"
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,10 +288,69 @@ class Server(PublisherBase):
                     tcp: tuple[str, int] | None = None) -> Server:
         """Build the union (restored from the checkpoint, if there is one: its out-dir
         checked first, ``CheckpointError`` otherwise, nothing touched) and listen on ``ws``
-        and/or ``tcp`` (port 0: an ephemeral port)."""
+        and/or ``tcp`` (port 0: an ephemeral port).
+
+        The addresses are bound first: one that cannot be (in use, not this machine's, a
+        port this user may not open) raises ``StartError`` naming it before anything else is
+        touched, and so does an ``out_dir`` that cannot be created or written."""
         if ws is None and tcp is None:
             raise InputError(f"{self.name}: nothing to listen on; expected ws=(host, port) "
                              "and/or tcp=(host, port)")
+        # Bound, not yet serving: a connection is taken only once the union is built.
+        if ws is not None:
+            from websockets.asyncio.server import serve
+
+            # Until setup succeeds a message may be at most 2 × MAX_SETUP_FRAME (the
+            # library's limit, raised per connection after setup) and the handshake must
+            # end within setup_timeout.
+            await self._listen("ws", ws, lambda: serve(
+                self._on_websocket, ws[0], ws[1], max_size=2 * MAX_SETUP_FRAME,
+                compression=None, ping_interval=None, max_queue=4, logger=WS_LOGGER,
+                open_timeout=self.setup_timeout, start_serving=False))
+        if tcp is not None:
+            await self._listen("tcp", tcp, lambda: asyncio.start_server(
+                self._on_tcp, tcp[0], tcp[1], limit=READER_LIMIT, start_serving=False))
+        try:
+            self._build()
+        except BaseException:
+            await self._unlisten()
+            raise
+        for listener in self._listeners:
+            await listener.start_serving()
+        every = self.checkpoint_every if self.checkpoint is not None else TICK
+        assert every is not None
+        self._committer = asyncio.create_task(self._commit_every(every))
+        return self
+
+    async def _listen(self, kind: str, address: tuple[str, int], bind: Any) -> None:
+        """Bind ``address`` (not serving yet); ``StartError`` naming it if it cannot be."""
+        try:
+            listener = await bind()
+        except OSError as err:
+            await self._unlisten()
+            raise StartError(kind, f"{address[0]}:{address[1]}", _bind_failure(err)) \
+                from err
+        self._listeners.append(listener)
+        name = listener.sockets[0].getsockname()[:2]
+        if kind == "ws":
+            self.ws_address = name
+        else:
+            self.tcp_address = name
+
+    async def _unlisten(self) -> None:
+        for listener in self._listeners:
+            listener.close()
+        await asyncio.gather(*(bounded(listener.wait_closed(), 1.0)
+                               for listener in self._listeners))
+        self._listeners.clear()
+        self.ws_address = self.tcp_address = None
+
+    def _build(self) -> None:
+        """The union (restored, if there is a checkpoint), the writers and the output."""
+        if self.out_dir is not None:
+            why = unusable_directory(self.out_dir)
+            if why is not None:
+                raise StartError("out_dir", self.out_dir, why)
         executor = LoopExecutor(asyncio.get_running_loop())
         config: dict[str, Any] = dict(prefetch=self.prefetch, max_buffered=self.max_buffered,
                       final_cti=self.final_cti, executor=executor, min_credit=self.min_credit,
@@ -274,27 +366,6 @@ class Server(PublisherBase):
         union.batches(output.batch).subscribe(output)
         self._venue = Venue(self.admission, union, output, self._forget, self.ledger,
                             self._ending)
-        if ws is not None:
-            from websockets.asyncio.server import serve
-
-            # Until setup succeeds a message may be at most 2 × MAX_SETUP_FRAME (the
-            # library's limit, raised per connection after setup) and the handshake must
-            # end within setup_timeout.
-            listener = await serve(self._on_websocket, ws[0], ws[1],
-                                   max_size=2 * MAX_SETUP_FRAME, compression=None,
-                                   ping_interval=None, max_queue=4, logger=WS_LOGGER,
-                                   open_timeout=self.setup_timeout)
-            self._listeners.append(listener)
-            self.ws_address = listener.sockets[0].getsockname()[:2]
-        if tcp is not None:
-            tcp_listener = await asyncio.start_server(self._on_tcp, tcp[0], tcp[1],
-                                                      limit=READER_LIMIT)
-            self._listeners.append(tcp_listener)
-            self.tcp_address = tcp_listener.sockets[0].getsockname()[:2]
-        every = self.checkpoint_every if self.checkpoint is not None else TICK
-        assert every is not None
-        self._committer = asyncio.create_task(self._commit_every(every))
-        return self
 
     # ---------------------------------------------------------------- checkpoints
     async def save_checkpoint(self, timeout: float = 1.0) -> bool:
@@ -463,6 +534,8 @@ class Server(PublisherBase):
         if refusal is not None:
             message, reason = refusal
             self._tally.error("too_many")
+            _log.info("refusing connection from %s: too_many (%s)", transport.peer, message,
+                      extra={"event": "refused", "code": "too_many", "peer": transport.peer})
             transport.write(encode_error(0, "too_many", message))
             await bounded(transport.close(1013, reason), 1.0)
             transport.abort()

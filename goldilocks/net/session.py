@@ -45,6 +45,8 @@ _log = logging.getLogger("goldilocks.net")
 #: Bytes a connection may read (and hand to the union) before its read loop yields the
 #: event loop; about one frame of 1024 small events.
 READ_BUDGET = 64 * 1024
+#: Codes that refuse a connection at setup (the others close one set up).
+_REFUSALS = frozenset({"unauthorized", "too_many", "unsupported_version", "setup_timeout"})
 #: Why a subscriber's frame has no place on a publish stream.
 _NOT_ON_PUBLISH = {"request": "on a publish stream the server grants the credit",
                    "cancel": "a device ends its stream with complete or error"}
@@ -132,6 +134,10 @@ class Session:
             raise
         finally:
             conn.closed = True
+            if conn.authenticated and not isinstance(reason, ProtocolError):
+                _log.info("%s", reason or f"connection from {transport.peer} closed",
+                          extra={"event": "disconnected", "peer": transport.peer,
+                                 "open_streams": len(conn.streams)})
             for stream in list(conn.streams.values()):
                 stream.on_lost(reason)
             self.venue.forget(conn)
@@ -144,7 +150,8 @@ class Session:
     def _refuse(self, err: ProtocolError) -> None:
         self.conn.tally.error(err.code)
         _log.info("closing connection from %s: %s (%s)", self.conn.transport.peer, err.code,
-                  err)
+                  err, extra={"event": "refused" if err.code in _REFUSALS else "closing",
+                              "code": err.code, "peer": self.conn.transport.peer})
         self.conn.transport.write(encode_error(0, err.code, str(err)))
 
     def _setup(self, frame: Frame) -> None:
@@ -164,7 +171,9 @@ class Session:
                              idle_timeout=limits.idle_timeout,
                              keepalive=limits.idle_timeout / 3, max_batch=MAX_BATCH,
                              max_streams=limits.max_streams, max_depth=MAX_DEPTH))
-        _log.info("connection from %s (%s) ready", conn.transport.peer, conn.transport.kind)
+        _log.info("connection from %s (%s) ready", conn.transport.peer, conn.transport.kind,
+                  extra={"event": "connected", "peer": conn.transport.peer,
+                         "transport": conn.transport.kind})
 
     def _dispatch(self, frame: Frame) -> None:
         ftype = frame.type
@@ -253,7 +262,16 @@ class Session:
                 del conn.streams[sid]
                 out.state = FAILED
                 conn.tally.error("bad_position")
+                _log.info("refusing subscribe stream %d from %s: bad_position (%s)", sid,
+                          conn.transport.peer, why,
+                          extra={"event": "refused", "code": "bad_position",
+                                 "peer": conn.transport.peer})
                 conn.write(encode_error(sid, "bad_position", why))
+            else:
+                _log.info("subscriber from %s on stream %d%s", conn.transport.peer, sid,
+                          "" if frame.first is None else f", from position {frame.first}",
+                          extra={"event": "subscribed", "peer": conn.transport.peer,
+                                 "position": frame.first})
             return
         stream = DeviceStream(conn, sid, frame.device or "", venue.ledger)
         conn.streams[sid] = stream
@@ -267,4 +285,14 @@ class Session:
             stream._stop_watching()
             code = "name_in_use" if isinstance(err, InputError) else "closing"
             conn.tally.error(code)
+            _log.info("refusing device %r from %s: %s (%s)", stream.device,
+                      conn.transport.peer, code, err,
+                      extra={"event": "refused", "code": code, "device": stream.device,
+                             "peer": conn.transport.peer})
             conn.write(encode_error(sid, code, str(err)))
+            return
+        position = stream.position
+        _log.info("device %r joined from %s (stream %d%s)", stream.device, conn.transport.peer,
+                  sid, f", the server has its first {position} events" if position else "",
+                  extra={"event": "joined", "device": stream.device,
+                         "peer": conn.transport.peer, "position": position})

@@ -43,6 +43,7 @@ class Serve:
                      str(self.ckpt), *extra]
         self.proc: asyncio.subprocess.Process | None = None
         self.stderr: list[str] = []
+        self._err: asyncio.Task[bytes] | None = None
         self.starts = 0
 
     @property
@@ -63,10 +64,13 @@ class Serve:
             sys.executable, "-c", _CODE, *self.args, cwd=ROOT, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         self.starts += 1
+        # stderr read as it comes: the server logs every connection at INFO, and a pipe
+        # nobody reads would stop it once the pipe's buffer is full
+        self._err = asyncio.create_task(self.proc.stderr.read())
         for _ in range(2):
             line = await asyncio.wait_for(self.proc.stdout.readline(), 30)
             if not line:
-                err = await self.proc.stderr.read()
+                err = await asyncio.wait_for(self._err, 30)
                 raise AssertionError(f"serve did not start: {err.decode()}")
             assert line.decode().startswith("listening on"), line
 
@@ -79,9 +83,9 @@ class Serve:
 
     async def died(self, timeout: float = 30) -> int:
         """Wait for the process to end (by itself: a failpoint); its status."""
-        assert self.proc is not None
-        _, err = await asyncio.wait_for(self.proc.communicate(), timeout)
-        self.stderr.append(err.decode())
+        assert self.proc is not None and self._err is not None
+        await asyncio.wait_for(self.proc.wait(), timeout)
+        self.stderr.append((await asyncio.wait_for(self._err, timeout)).decode())
         return self.proc.returncode  # type: ignore[return-value]
 
     async def stop(self, timeout: float = 30) -> int:

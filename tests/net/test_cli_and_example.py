@@ -188,10 +188,17 @@ def test_serve_usage_errors_exit_2_naming_the_argument(tmp_path, capsys):
     for extra, words in ((["--idle-timeout", "abc"], "argument --idle-timeout: 'abc'"),
                          (["--setup-timeout", "0s"], "argument --setup-timeout: '0s'"),
                          (["--tcp", "nowhere"], "argument --tcp:"),
-                         (["--policy", "nope"], "argument --policy:")):
+                         (["--policy", "nope"], "argument --policy:"),
+                         (["--status-every", "60"], "argument --status-every: '60'"),
+                         (["--status-every", "-1s"], "argument --status-every:")):
         assert main(base + extra) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.splitlines()) == 1, err
+    for extra, words in ((["--log-level", "loud"], "argument --log-level: invalid choice"),
+                         (["--log-format", "xml"], "argument --log-format: invalid choice")):
+        assert main(base + extra) == 2  # argparse's own: the usage, then the error
+        err = capsys.readouterr().err
+        assert words in err.splitlines()[-1], err
     assert main(["serve", "--listen", "127.0.0.1:0", "--token-file",
                  str(tmp_path / "missing.txt")]) == 1  # an input it cannot read
 

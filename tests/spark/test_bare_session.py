@@ -126,27 +126,37 @@ _JAR_SCRIPT = textwrap.dedent("""
     spark = SparkSession.builder.master("local[1]").getOrCreate()
     spark = SparkSession.builder.config("spark.jars", stage_jar()).getOrCreate()
     out["running"] = refusal(spark)
+    print(json.dumps(out))
     spark.stop()
-    # a session started with the jar: the JVM plan, and the user's own Python function
-    # after it runs on the driver's interpreter, as after the other plans
+""")
+
+_JVM_SCRIPT = textwrap.dedent("""
+    import json
+    from pathlib import Path
+    from pyspark.sql import SparkSession
+    from spark_adapter import stage_jar, watermark_stage
+
+    Path("readings").mkdir()
+    Path("readings/a.json").write_text('{"device_id": "A", "ts": "2026-01-01T00:00:00Z"}\\n')
     spark = (SparkSession.builder.master("local[1]").config("spark.jars", stage_jar())
              .getOrCreate())
-    out["before"] = spark.sparkContext.pythonExec
-    staged = watermark_stage(stream(spark), jvm=True, **{**options, "state_dir": "state-jvm"})
-
+    before = spark.sparkContext.pythonExec
+    stream = spark.readStream.schema("device_id string, ts timestamp").json("readings")
+    staged = watermark_stage(stream, delay="5 seconds", time_col="ts", source_col="device_id",
+                             state_dir="state", jvm=True)
+    # the user's own Python function after the JVM plan: the workers import this Python's pandas
     def mine(frames):
         import pandas
         for frame in frames:
             yield frame.assign(n=len(frame))
-
     query = (staged.mapInPandas(mine, "device_id string, ts timestamp, cti timestamp, n long")
              .writeStream.format("memory").queryName("mine").trigger(availableNow=True).start())
     query.awaitTermination()
-    out["after"] = spark.sparkContext.pythonExec
-    out["rows"] = spark.table("mine").count()
-    print(json.dumps(out))
+    print(json.dumps({"before": before, "after": spark.sparkContext.pythonExec,
+                      "rows": spark.table("mine").count()}))
     spark.stop()
 """)
+
 
 def _bare(script: str, tmp_path) -> dict:
     env = {k: v for k, v in os.environ.items()
@@ -160,16 +170,20 @@ def _bare(script: str, tmp_path) -> dict:
 
 def test_why_not_the_jvm_plan_is_said_once_and_fits_the_case(tmp_path):
     """The jar named but missing, or named after the session started: ``jvm=True`` says which
-    (and what to do); ``jvm=None`` runs a Python plan and says so once, at WARN. And one rule
-    for the workers' Python whatever the plan: in a bare local session the JVM plan, too,
-    makes them run the driver's interpreter, so the user's own Python function after it
-    imports what the driver imports."""
+    (and what to do); ``jvm=None`` runs a Python plan and says so once, at WARN."""
     out = _bare(_JAR_SCRIPT, tmp_path)
     assert "spark.jars names /nowhere/goldilocks-spark.jar, which does not exist" in \
         out["missing"]
     assert out["said"] == ["WARNING", "INFO", "INFO"]
     assert "keeps the class path it started with" in out["running"]
     assert "spark.stop()" in out["running"]
+
+
+def test_the_jvm_plan_runs_the_workers_on_the_drivers_python_as_the_others_do(tmp_path):
+    """One rule whatever the plan: in a bare local session the stage (its JVM plan here)
+    makes the Python workers run the driver's interpreter, so the user's own Python function
+    after it imports what the driver imports."""
+    out = _bare(_JVM_SCRIPT, tmp_path)
     assert out["before"] == "python3"
     assert out["after"] == sys.executable
     assert out["rows"] == 1
