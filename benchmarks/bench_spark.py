@@ -51,15 +51,20 @@ checkpoint and state each run, ``spark.sql.shuffle.partitions=2`` (one clock):
   that judges a row by its device must: the ceiling of such a stage on this input; the table
   ends with the stage's ratio against it
 - ``read only``: the JSON parse, for scale
+- ``native on Connect + window`` and ``stage on Connect + window``: native's query and the
+  stage's (``jvm=None``: its Python plan, since a Connect client has no JVM to hand the
+  JVM functions to) built by a Spark Connect client of the server in the same JVM, on the
+  same executors; the stage's ratio is taken against native on Connect, and the table ends
+  with it against the classic session's Python plan and native on Connect against classic
 
 One warm-up round, then ``--stage-rounds`` rounds, each running every contender (or those
 named by ``--stage-contender``, with the native runs they are compared with) once in a
 rotated order. The ratio to ``native`` is taken within each round, by wall and by CPU time;
 the table shows their medians and the best-to-best ratio, wall seconds and the CPU seconds
 of the whole process tree (JVM and Python workers: less sensitive than wall time to other
-jobs on the machine). Before timing,
-the late count of both of the stage's plans (their observed metrics) is checked against a
-numpy model of the documented semantics.
+jobs on the machine). Before timing, the late count of the stage's plans, classic and
+Connect (their observed metrics), is checked against a numpy model of the documented
+semantics.
 
 Windows: ``bench_spark_batch.write_files``'s log (``--window-rows`` events, 100 devices, a CTI
 every 10th row, delay 2 s, null payloads, so the windows count) as 8 Parquet files, read,
@@ -131,8 +136,12 @@ def timed(fn: Callable[[], object], reps: int) -> tuple[list[float], object]:
     return times, result
 
 
+_TOKEN = os.urandom(16).hex()  # the Connect server's token, for this run only
+
+
 def session() -> object:
-    """The one local[2] session of a run, with the stage's jar on ``spark.jars``."""
+    """The one local[2] session of a run, with the stage's jar on ``spark.jars`` and a Spark
+    Connect server in the same JVM (a free loopback port) for the Connect contenders."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -143,9 +152,33 @@ def session() -> object:
              .config("spark.driver.memory", "8g").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+             .config("spark.connect.grpc.binding.address", "127.0.0.1")
+             .config("spark.connect.grpc.binding.port", "0")
+             .config("spark.connect.authenticate.token", _TOKEN)
              .config("spark.sql.shuffle.partitions", "8").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def connect_session(spark: object) -> object:
+    """A Spark Connect client of the server in ``spark``'s JVM: the same executors, reached
+    as a Connect user reaches them."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    service = getattr(spark._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+    port = getattr(service, "MODULE$").localPort()
+    return ConnectSession.builder.remote(f"sc://localhost:{port}/;token={_TOKEN}").create()
+
+
+def on_connect(build: Callable[[], object]) -> object:
+    """``build()`` with PySpark's functions making Spark Connect objects (its switch is
+    process-wide: ``SPARK_CONNECT_MODE_ENABLED``, what ``remote(...)`` sets)."""
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    try:
+        return build()
+    finally:
+        del os.environ["SPARK_CONNECT_MODE_ENABLED"]
 
 
 def bench_replay(spark: object, args: argparse.Namespace) -> None:
@@ -358,12 +391,12 @@ class StageBench:
         self.schema = "device_id string, ts timestamp, temperature double"
         self.jvm = spark.sparkContext._gateway.proc.pid
 
-    def read(self):
-        return (self.spark.readStream.schema(self.schema)
+    def read(self, spark=None):
+        return ((spark or self.spark).readStream.schema(self.schema)
                 .option("maxFilesPerTrigger", self.PER_BATCH).json(str(self.tmp / "in")))
 
-    def native(self, downstream=stage_window):
-        return downstream(self.read().withWatermark("ts", STAGE_DELAY))
+    def native(self, downstream=stage_window, spark=None):
+        return downstream(self.read(spark).withWatermark("ts", STAGE_DELAY))
 
     def run(self, build, keep: Callable[[Path], None] | None = None
             ) -> tuple[float, float, object]:
@@ -382,7 +415,8 @@ class StageBench:
         query.awaitTermination()
         wall = time.perf_counter() - began
         cpu = process_cpu(self.jvm) - cpu
-        rows = sum(p["numInputRows"] for p in query.recentProgress)
+        # the property: a Connect client's progress has p["numInputRows"] None
+        rows = sum(p.numInputRows for p in query.recentProgress)
         assert rows == self.n, (rows, self.n)
         if keep is not None:
             keep(work)
@@ -439,12 +473,22 @@ class StageBench:
 
 def bench_stage(spark: object, args: argparse.Namespace) -> None:
     """The stage before a window aggregation against Spark's own watermark (module doc)."""
+    connect = connect_session(spark)  # stopped below, or its client's threads keep us alive
+    connect.conf.set("spark.sql.shuffle.partitions", "2")  # as StageBench sets the classic's
+    try:
+        _bench_stage(spark, connect, args)
+    finally:
+        connect.stop()
+
+
+def _bench_stage(spark: object, connect: object, args: argparse.Namespace) -> None:
+    """``bench_stage`` with its Spark Connect client."""
     from pyspark.sql import functions as F
 
-    from spark_adapter import watermark_stage
+    from spark_adapter import stage_metrics, watermark_stage
 
-    def stage(work: Path, **options):
-        return watermark_stage(bench.read(), delay=STAGE_DELAY, time_col="ts",
+    def stage(work: Path, spark=None, **options):
+        return watermark_stage(bench.read(spark), delay=STAGE_DELAY, time_col="ts",
                                source_col="device_id", state_dir=str(work / "state"), **options)
 
     contenders = {
@@ -466,11 +510,17 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
         "native, device parsed + window": lambda work: stage_window(
             bench.read().where(F.col("device_id").isNotNull()).withWatermark("ts", STAGE_DELAY)),
         "read only": lambda work: bench.read(),
+        # Spark Connect: the same server and executors, the query built by a Connect client
+        "native on Connect + window": lambda work: on_connect(
+            lambda: bench.native(spark=connect)),
+        "stage on Connect + window": lambda work: on_connect(
+            lambda: stage_window(stage(work, connect))),
     }
     #: the contender each one's ratio is taken against (default: native + window)
     baseline = {"stage + window mean": "native + window mean",
                 "stage + per-device average": "native + per-device average",
-                "stage, Python plan + per-device average": "native + per-device average"}
+                "stage, Python plan + per-device average": "native + per-device average",
+                "stage on Connect + window": "native on Connect + window"}
     if args.skip_sequential:
         del contenders["stage, one task per clock + window"]
     if args.stage_contender:
@@ -483,15 +533,18 @@ def bench_stage(spark: object, args: argparse.Namespace) -> None:
         contenders = {name: build for name, build in contenders.items() if name in chosen}
     bench = StageBench(spark, args)  # the input, once the contenders are known
 
-    # checked before timing: both plans' late count is the documented semantics' count
-    for jvm in (True, False):
-        _, _, query = bench.run(lambda work: stage(work, jvm=jvm))
-        late = sum(p["observedMetrics"]["goldilocks"]["late"] for p in query.recentProgress
-                   if "goldilocks" in p.get("observedMetrics", {}))
-        assert late == bench.want_late, (jvm, late, bench.want_late)
+    # checked before timing: every plan's late count is the documented semantics' count
+    for label, build in (("jvm", lambda work: stage(work, jvm=True)),
+                         ("python", lambda work: stage(work, jvm=False)),
+                         ("connect", lambda work: on_connect(lambda: stage(work, connect)))):
+        _, _, query = bench.run(build)
+        late = sum(m["late"] for m in map(stage_metrics, query.recentProgress) if m)
+        assert late == bench.want_late, (label, late, bench.want_late)
 
     bench.compare("Watermarking stage", contenders, baseline,
-                  also=(("stage + window", "native, device parsed + window"),))
+                  also=(("stage + window", "native, device parsed + window"),
+                        ("stage on Connect + window", "stage, Python plan + window"),
+                        ("native on Connect + window", StageBench.NATIVE)))
     bench.close()
 
 

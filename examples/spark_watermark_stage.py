@@ -53,7 +53,7 @@ def main(spark=None, workdir=None) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from spark_adapter import stage_jar, watermark_stage
+    from spark_adapter import stage_jar, stage_metrics, watermark_stage
 
     own = spark is None and SparkSession.getActiveSession() is None
     if spark is None:
@@ -82,13 +82,13 @@ def main(spark=None, workdir=None) -> dict:
 
         marks = []
         for p in query.recentProgress:
-            seen = p.get("observedMetrics", {}).get("thermometers")
-            marks.append((p["batchId"], p["eventTime"].get("watermark"), p["numInputRows"]))
+            seen = stage_metrics(p, "thermometers")  # the same on classic and Spark Connect
+            marks.append((p["batchId"], p["eventTime"].get("watermark"), p.numInputRows))
             cti = (None if not seen or seen["cti"] is None  # epoch milliseconds, UTC
                    else datetime.fromtimestamp(seen["cti"] / 1000, timezone.utc))
             metrics = (f"; CTI at its end {cti:%Y-%m-%d %H:%M:%S}, {seen['rows']} rows out, "
                        f"{seen['late']} late" if cti else "")
-            print(f"batch {p['batchId']}: {p['numInputRows']:3d} readings in, Spark watermark "
+            print(f"batch {p['batchId']}: {p.numInputRows:3d} readings in, Spark watermark "
                   f"{marks[-1][1]}{metrics}")
         closed = spark.table("closed_windows").orderBy("window").collect()
         for w in closed:

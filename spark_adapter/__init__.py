@@ -9,6 +9,7 @@ The documented surface (``docs/spark.md``)::
                     idle_after=None)
         -> DataFrame          # any DataFrame, streaming or batch: a better withWatermark
     split_late(staged) -> (events, late)                      # for keep_late=True
+    stage_metrics(query.lastProgress, name) -> dict           # cti, rows, late, rejected
     windows(events, *, window, aggregates, hop=None, key=None, ...) -> DataFrame
                         # one row per window closed by the CTI: replay --window's rows
     window_stage(staged, *, window, aggregates, key=None, time_col, ...) -> DataFrame
@@ -18,6 +19,7 @@ The documented surface (``docs/spark.md``)::
     stage_jar()         # the stage's JVM functions, for spark.jars (its JVM plan)
     register(spark)     # the streaming source, short name "goldilocks"
     use_driver_python(spark)  # local sessions: workers run this interpreter (done by the above)
+    package_zip()       # the packages as a zip, for a Spark Connect session's addArtifacts
     cti_to_watermark_ms(cti) / watermark_ms_to_cti(ms)        # the exact CTI <-> watermark map
 
 This is the only package that imports ``pyspark``, and it does so lazily: ``import
@@ -38,6 +40,7 @@ __all__ = [
     "write_replay",
     "watermark_stage",
     "split_late",
+    "stage_metrics",
     "windows",
     "window_stage",
     "EVENT_LOG_STAGE",
@@ -49,6 +52,7 @@ __all__ = [
     "cti_to_watermark_ms",
     "watermark_ms_to_cti",
     "use_driver_python",
+    "package_zip",
     "WorkerPythonError",
 ]
 
@@ -64,6 +68,7 @@ _HOME = {
     "write_replay": "spark_adapter.batch",
     "watermark_stage": "spark_adapter.streaming",
     "split_late": "spark_adapter.streaming",
+    "stage_metrics": "spark_adapter.streaming",
     "windows": "spark_adapter.windowing",
     "window_stage": "spark_adapter.windowing",
     "EVENT_LOG_STAGE": "spark_adapter.streaming",
@@ -72,6 +77,7 @@ _HOME = {
     "register": "spark_adapter.source",
     "GoldilocksDataSource": "spark_adapter.source",
     "use_driver_python": "spark_adapter.session",
+    "package_zip": "spark_adapter.session",
     "WorkerPythonError": "spark_adapter.session",
 }
 

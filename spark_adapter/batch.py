@@ -321,6 +321,8 @@ def write_replay(df: DataFrame, events_path: str, late_path: str, *, format: str
     """
     from pyspark import StorageLevel
 
+    if mode == "errorifexists":  # Spark's other name of "error", which Spark Connect lacks
+        mode = "error"
     decided, split = _decided(df, **{**_REPLAY_DEFAULTS, **options})
     decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
     try:

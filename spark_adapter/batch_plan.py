@@ -52,6 +52,7 @@ from engine.errors import InputError
 from engine.policy import Policy
 from engine.times import MAX_TIME, MIN_TIME
 from spark_adapter.schema import KIND_CTI, KIND_INSERT, KIND_JOIN, KIND_LEAVE
+from spark_adapter.session import default_parallelism
 
 __all__ = ["scan_decided", "delayed_cti", "kind_code", "refuse_null_order", "row_named", "kernel_udf", "decided_columns",
            "run_kernel", "KIND_CODES", "ACTION", "CTI_AFTER", "NO_ACTION"]
@@ -183,7 +184,7 @@ def scan_decided(df: DataFrame, policy: Policy, groups: list[str], order: list[s
     if lo is None:
         lo = hi = 0
     if ranges is None:
-        cores = spark.sparkContext.defaultParallelism
+        cores = default_parallelism(spark)
         ranges = max(_RANGES_PER_CORE * cores, math.ceil(n / _ROWS_PER_RANGE))
     ranges = max(1, min(ranges, n))
     fine = ranges * _FINE

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine import MIN_TIME
+from spark_adapter.session import is_connect
 
 __all__ = ["stage_jar", "sources_digest", "build_stage_jar", "stage_functions",
            "read_jvm_state", "JAR_DIGEST_ENTRY", "JVM_FORMAT", "JVM_API"]
@@ -91,10 +92,12 @@ def build_stage_jar(out: Path = _JAR, javac: str | None = None) -> Path:
 def stage_functions(spark: Any) -> tuple[Any, str | None]:
     """``(the JVM class goldilocks.spark.Functions, None)`` when ``spark`` has the stage's
     jar, else ``(None, why not)``."""
+    if is_connect(spark):
+        return None, "a Spark Connect session (no JVM of ours to call)"
     try:
         jvm = spark._jvm
     except Exception:
-        return None, "a Spark Connect session (no JVM of ours to call)"
+        return None, "a session with no JVM handle (no JVM of ours to call)"
     if jvm is None:
         return None, "no JVM behind this session"
     try:

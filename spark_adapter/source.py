@@ -52,7 +52,8 @@ from eventlog.records import Span
 from spark_adapter.files import LogPath, list_directory, list_logs, open_log
 from spark_adapter.schema import (EVENT_LOG_COLUMNS, EVENT_LOG_SCHEMA, KIND_END, KIND_START,
                                   SOURCE_NAME)
-from spark_adapter.session import use_driver_python, worker_python_error
+from spark_adapter.session import (default_parallelism, is_connect, use_driver_python,
+                                   worker_python_error)
 
 __all__ = [
     "GoldilocksDataSource",
@@ -453,7 +454,7 @@ def _split_bytes(spark: Any, files: list[LogPath]) -> int:
     most = _bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
     least = _bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
     total = sum(f.size for f in files)
-    cores = max(1, spark.sparkContext.defaultParallelism)
+    cores = default_parallelism(spark)
     size = min(most, max(least, -(-total // cores)))
     spans = max(1, -(-total // size))  # empty files: one
     spans = -(-spans // cores) * cores
@@ -479,6 +480,8 @@ def register(spark: Any) -> None:
     # before shipping: the class is sent with the interpreter to run it, so a session whose
     # workers' interpreter changed since gets it again
     python = use_driver_python(spark)
+    if python is None and is_connect(spark):  # the server's choice, per Connect session
+        python = "connect:" + str(spark.conf.get(_CONNECT_PYTHON, "") or "")
     if python is not None and _registered(spark) == python:
         return
     spark.dataSource.register(GoldilocksDataSource)
@@ -487,6 +490,9 @@ def register(spark: Any) -> None:
     except TypeError:  # a session object that cannot be held weakly: register each time
         pass
 
+
+#: the SQL conf that chooses a Spark Connect session's Python workers' interpreter
+_CONNECT_PYTHON = "spark.sql.execution.pyspark.python"
 
 #: the sessions the data source is registered in, with the workers' interpreter it was
 #: registered with (held weakly: a stopped session goes)
@@ -556,7 +562,10 @@ def read_event_log(spark: Any, path: str | os.PathLike | Sequence[str | os.PathL
     if time_unit is not None:
         reader = reader.option("time_unit", time_unit)
     try:
-        return reader.load()  # creates the source in a Python worker: it must import us
+        frame = reader.load()  # creates the source in a Python worker: it must import us
+        if is_connect(spark):
+            frame.schema  # a Connect client is lazy: analyse it now, so the error is said here
+        return frame
     except Exception as err:
         explained = worker_python_error(err, spark)
         if explained is None:

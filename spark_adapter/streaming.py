@@ -31,7 +31,10 @@ The plan it builds (driver; ``docs/spark.md`` says the same for users)::
 from __future__ import annotations
 
 import logging
+import os
 import re
+import tempfile
+import uuid
 from typing import Any, Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -45,7 +48,7 @@ from engine.errors import InputError
 from engine.policy import Policy
 from engine.times import DurationLike, to_duration_ns
 from eventlog import time_scale
-from spark_adapter.session import use_driver_python
+from spark_adapter.session import is_connect, plan_text, use_driver_python
 from spark_adapter.stage_state import stored_stages
 from spark_adapter.stage_jvm import jvm_stage, options_refusal, session_refusal
 from spark_adapter.stage_spec import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, StageSpec,
@@ -53,7 +56,8 @@ from spark_adapter.stage_spec import (BAD_COUNT, KIND_NAMES, LATE_COUNT, WM, Sta
                                       identity_changes, restart_identity)
 from spark_adapter.schema import WATERMARK_THRESHOLD
 
-__all__ = ["watermark_stage", "split_late", "DEFAULT_NAMES", "EVENT_LOG_STAGE", "stage_plan"]
+__all__ = ["watermark_stage", "split_late", "DEFAULT_NAMES", "EVENT_LOG_STAGE", "stage_plan",
+           "default_state_dir", "STATE_FOLDER", "stage_metrics"]
 
 #: The columns the stage adds, by role; ``names=`` renames any of them.
 DEFAULT_NAMES = {"cti": "cti", "late_action": "late_action", "late_reason": "late_reason",
@@ -173,14 +177,38 @@ def _as_list(value: Any, role: str) -> tuple[str, ...]:
 
 
 def _has_watermark(df: DataFrame) -> bool:
-    try:
-        plan = df._jdf.queryExecution().analyzed().toString()
-    except Exception:  # Spark Connect: no JVM plan to look at
-        return False
-    return "EventTimeWatermark" in plan
+    """Whether ``df``'s plan has a watermark already. A classic session reads its analyzed
+    plan; a Spark Connect session, which has no JVM handle here, its ``explain`` text (an
+    analysis request, no job)."""
+    if is_connect(df.sparkSession):
+        return "EventTimeWatermark" in plan_text(df)
+    return "EventTimeWatermark" in df._jdf.queryExecution().analyzed().toString()
 
 
 _WARNED: set[str] = set()  # the session reasons already said at WARN, once per process
+
+#: ``state_dir``'s default under ``spark.sql.streaming.checkpointLocation``
+STATE_FOLDER = "goldilocks-stage"
+_CHECKPOINT_ROOT = "spark.sql.streaming.checkpointLocation"
+
+
+def default_state_dir(spark: Any, name: str) -> str:
+    """``state_dir`` when a stream's stage is given none, as Spark defaults a query's
+    checkpoint (driver). With ``spark.sql.streaming.checkpointLocation`` set:
+    ``<that root>/goldilocks-stage``. The state inside is kept per query id (Spark's, stable
+    while a query restarts from its checkpoint) and stage name, so a restarted query finds
+    its clock again there, as Spark finds a named query's checkpoint under the same root.
+    Without it: a new temporary directory, said at WARN, since a restart then starts a fresh
+    clock (as Spark's memory and console sinks get a temporary checkpoint)."""
+    root = spark.conf.get(_CHECKPOINT_ROOT, None)
+    if root:
+        return str(root).rstrip("/") + "/" + STATE_FOLDER
+    path = os.path.join(tempfile.gettempdir(), f"goldilocks-stage-{uuid.uuid4().hex}")
+    _LOG.warning("watermark_stage %r keeps its clock in a temporary directory, %s: neither "
+                 "state_dir nor %s is set, so a restarted query starts a fresh clock. Give "
+                 "state_dir=… (storage every executor reaches) or set %s to keep it", name,
+                 path, _CHECKPOINT_ROOT, _CHECKPOINT_ROOT)
+    return path
 
 
 def _say_plan(spec: StageSpec, why: str, session: bool) -> None:
@@ -196,14 +224,17 @@ def _say_plan(spec: StageSpec, why: str, session: bool) -> None:
              "functions: %s", spec.name, spec.plan, why)
 
 
-def _restart_plan(spec: StageSpec, jvm: bool | None) -> str | None:
+def _restart_plan(spec: StageSpec, jvm: bool | None, shared: bool = False) -> str | None:
     """Check the stage against the states it may restart from (driver, when the plan is
     built): refuse, naming the options in the user's terms, when ``state_dir`` holds this
     stage's state only with other options (``stage_spec.restart_identity``: a restart may
     change the delays, ``on_late`` and ``idle_after``, not what the state means). Returns
     the plan (``"python"``, ``"jvm"``) that wrote every state this stage could restart
-    from, or ``None``."""
-    if not spec.streaming or spec.state_dir is None:
+    from, or ``None``. ``shared``: ``state_dir`` is the default folder every query under the
+    checkpoint root shares, where other queries' stages of this name are no restart of this
+    one: not checked here (the tasks still refuse a state of their own query written with
+    other options, or by the other plan)."""
+    if not spec.streaming or spec.state_dir is None or shared:
         return None
     stored = stored_stages(spec.state_dir, spec.name)
     if not stored:
@@ -308,21 +339,19 @@ def stage_plan(df: DataFrame, options: dict[str, Any]) -> StageSpec:
     streaming = df.isStreaming
     if not isinstance(keep_late, bool):
         raise _fail(f"keep_late={keep_late!r}; expected True or False")
-    if streaming and state_dir is None:
-        raise _fail("a streaming DataFrame needs state_dir=…: a directory, like the "
-                    "checkpoint location, that every executor reaches and that survives "
-                    "restarts; the stage keeps its clock there between micro-batches")
     for role, path in (("state_dir", state_dir), ("late_path", late_path)):
         if path is not None and not isinstance(path, str):
             raise _fail(f"{role}={path!r}; expected a path or URI string")
+    if streaming and _has_watermark(df):
+        raise _fail("the DataFrame already has a watermark (withWatermark); the stage "
+                    "publishes its own — remove the withWatermark call before the stage")
+    if streaming and state_dir is None:
+        state_dir = default_state_dir(df.sparkSession, name)
     if late_path is None and not keep_late:
         if state_dir is None:
             raise _fail("where should late rows go? give late_path=… (a directory), or "
                         "keep_late=True to keep them in the output with late_action")
         late_path = state_dir.rstrip("/") + "/late"
-    if streaming and _has_watermark(df):
-        raise _fail("the DataFrame already has a watermark (withWatermark); the stage "
-                    "publishes its own — remove the withWatermark call before the stage")
     return StageSpec(
         name=name, plan=plan, streaming=streaming, time_col=time_col, time_is_timestamp=is_ts,
         time_scale=scale, end_col=end_col, source_col=source_col, kind_col=kind_col,
@@ -434,8 +463,11 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
     takes them (one task per clock group); without, rows of a micro-batch are taken in
     event-time order and judged against the CTI at its start (``docs/spark.md``).
 
-    ``state_dir``: where the clock lives between micro-batches (required for a stream; like a
-    checkpoint location). ``late_path``: where late and rejected rows are written (default
+    ``state_dir``: where the clock lives between micro-batches, like a checkpoint location
+    (``None`` for a stream: ``<spark.sql.streaming.checkpointLocation>/goldilocks-stage``
+    when the session sets that root, where a restarted query finds its clock again; else a
+    temporary directory, with a warning that a restart starts a fresh clock —
+    ``default_state_dir``). ``late_path``: where late and rejected rows are written (default
     ``<state_dir>/late``); ``keep_late=True`` keeps them in the output instead, with
     ``late_action`` and ``late_reason`` (``split_late`` separates them). ``names``: rename the
     added columns (``cti``, ``late_action``, ``late_reason``, ``event_time``). ``name``: the
@@ -462,7 +494,7 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
     # (spark_adapter.session), so the user's own Python functions see the same Python
     use_driver_python(df.sparkSession)
     event_metadata = None if spec.keep_late else {_DELAY_KEY: spec.lag // _NS_PER_MS}
-    ran = _restart_plan(spec, jvm)  # the plan the state was written by, if it says
+    ran = _restart_plan(spec, jvm, shared=state_dir is None)  # the plan of the state, if said
     if ran == "python" and jvm is None:
         jvm = False
     if jvm is not False:
@@ -508,6 +540,25 @@ def watermark_stage(df: DataFrame, *, delay: DurationLike | None = None, time_co
         else:
             out.append(F.col(c))
     return decided.where(F.col(LATE_COUNT).isNull()).select(*out)  # not a marker row
+
+
+def stage_metrics(progress: Any, name: str = "goldilocks") -> dict | None:
+    """The stage ``name``'s metrics in a streaming query's progress
+    (``query.lastProgress``, an item of ``query.recentProgress``) as a dict: ``cti`` (the CTI
+    at the end of the micro-batch, epoch milliseconds; ``None`` before the first), ``rows``,
+    ``late``, ``rejected``; ``None`` when the progress has none (driver).
+
+    The same on either kind of session: a classic session gives each observed row by field
+    name, a Spark Connect session as ``Row(values=[…], schema={…})`` (its progress travels
+    as JSON), which this reads by the schema's field names.
+    """
+    found = (progress.get("observedMetrics") or {}).get(name)
+    if found is None:
+        return None
+    fields = found.asDict() if hasattr(found, "asDict") else dict(found)
+    if set(fields) == {"values", "schema"}:  # Spark Connect's form
+        return dict(zip((f["name"] for f in fields["schema"]["fields"]), fields["values"]))
+    return fields
 
 
 def split_late(staged: DataFrame, names: dict | None = None) -> tuple[DataFrame, DataFrame]:

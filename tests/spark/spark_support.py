@@ -2,14 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import contextlib
+import os
+from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
 
 from engine.event import CTI, POINT, Event, LateRecord
 
 __all__ = ["arrivals_to_rows", "event_key", "late_key", "events_from_rows", "late_from_rows",
-           "ROW_SCHEMA"]
+           "ROW_SCHEMA", "connect_mode", "classic_mode"]
+
+#: PySpark's process-wide switch between classic and Spark Connect objects (tests/spark/conftest.py)
+CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+
+
+@contextlib.contextmanager
+def _mode(on: bool) -> Iterator[None]:
+    before = os.environ.get(CONNECT_MODE)
+    if on:
+        os.environ[CONNECT_MODE] = "1"
+    else:
+        os.environ.pop(CONNECT_MODE, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CONNECT_MODE, None)
+        else:
+            os.environ[CONNECT_MODE] = before
+
+
+def connect_mode() -> Any:
+    """PySpark's functions, UDFs and ``Observation`` build Spark Connect objects inside."""
+    return _mode(True)
+
+
+def classic_mode() -> Any:
+    """PySpark's functions build classic objects inside (a classic step of a Connect test)."""
+    return _mode(False)
 
 #: The event-log DataFrame schema with a group column in front (tests build frames directly).
 ROW_SCHEMA = ("g INT, seq BIGINT, source STRING, kind STRING, start BIGINT, `end` BIGINT, "

@@ -329,7 +329,7 @@ def test_options_are_checked_when_the_plan_is_built(spark, tmp_path):
 
     stream = (spark.readStream.schema(READINGS_SCHEMA).json(str(tmp_path))
               .withWatermark("ts", "5 seconds"))
-    with pytest.raises(InputError, match="needs state_dir"):
+    with pytest.raises(InputError, match="already has a watermark"):  # no state_dir: a default
         watermark_stage(stream, time_col="ts", source_col="device_id")
     with pytest.raises(InputError, match="already has a watermark"):
         watermark_stage(stream, time_col="ts", source_col="device_id",
