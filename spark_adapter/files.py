@@ -337,26 +337,26 @@ def _decompressing(stream: Any, compression: str, name: str) -> BinaryIO:
     return io.BufferedReader(_HadoopBlocks(stream, compression, name))
 
 
-class _Inflating(io.RawIOBase):
-    """A zlib stream (Hadoop's ``.deflate``), decompressed as it is read."""
+class _Decoded(io.RawIOBase):
+    """A compressed stream read as its decoded bytes: ``_more()`` gives the next piece
+    (``b""``: nothing yet, ``None``: the end)."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
-        self.inflate = zlib.decompressobj()
         self.pending = b""
 
     def readable(self) -> bool:
         return True
 
+    def _more(self) -> bytes | None:
+        raise NotImplementedError
+
     def readinto(self, buffer: Any) -> int:
         while not self.pending:
-            data = self.stream.read(1 << 16)
-            if not data:
-                self.pending = self.inflate.flush()
-                if not self.pending:
-                    return 0
-                break
-            self.pending = self.inflate.decompress(data)
+            more = self._more()
+            if more is None:
+                return 0
+            self.pending = more
         n = min(len(buffer), len(self.pending))
         buffer[:n] = self.pending[:n]
         self.pending = self.pending[n:]
@@ -367,7 +367,21 @@ class _Inflating(io.RawIOBase):
         super().close()
 
 
-class _HadoopBlocks(io.RawIOBase):
+class _Inflating(_Decoded):
+    """A zlib stream (Hadoop's ``.deflate``), decompressed as it is read."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.inflate = zlib.decompressobj()
+
+    def _more(self) -> bytes | None:
+        data = self.stream.read(1 << 16)
+        if not data:
+            return self.inflate.flush() or None
+        return self.inflate.decompress(data)
+
+
+class _HadoopBlocks(_Decoded):
     """Hadoop's block framing (its ``.snappy`` and ``.lz4`` codecs, which Spark writes):
     blocks of ``[uncompressed length][compressed length][compressed bytes]…`` (big-endian
     32-bit lengths), each decompressed as a raw snappy or LZ4 block."""
@@ -375,14 +389,10 @@ class _HadoopBlocks(io.RawIOBase):
     def __init__(self, stream: Any, compression: str, name: str) -> None:
         import pyarrow as pa
 
-        self.stream = stream
+        super().__init__(stream)
         self.codec = pa.Codec("snappy" if compression == "snappy" else "lz4_raw")
         self.snappy = compression == "snappy"
         self.name = name
-        self.pending = b""
-
-    def readable(self) -> bool:
-        return True
 
     def _exactly(self, n: int) -> bytes | None:
         data = self.stream.read(n)
@@ -417,20 +427,7 @@ class _HadoopBlocks(io.RawIOBase):
                              "Hadoop's framing of this codec")
         return b"".join(out)
 
-    def readinto(self, buffer: Any) -> int:
-        while not self.pending:
-            block = self._block()
-            if block is None:
-                return 0
-            self.pending = block
-        n = min(len(buffer), len(self.pending))
-        buffer[:n] = self.pending[:n]
-        self.pending = self.pending[n:]
-        return n
-
-    def close(self) -> None:
-        self.stream.close()
-        super().close()
+    _more = _block
 
 
 def _snappy_length(chunk: bytes) -> int:
