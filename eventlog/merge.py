@@ -23,7 +23,8 @@ from eventlog.logfile import LogFile
 from eventlog.parquet import read_parquet
 from eventlog.records import BadRecords, FileState, Span, field_map, time_scale
 
-__all__ = ["read_columns", "merge_columns", "read_records", "by_time", "MERGES"]
+__all__ = ["read_columns", "merge_columns", "read_records", "by_time", "time_keys",
+           "MERGES"]
 
 #: how several logs are merged: ``auto`` (by time when no log carries an order key, else by
 #: the order keys), by their order keys (``arrival``, TS §5.2) or by time (TS §5.8)
@@ -156,17 +157,23 @@ def merge_columns(paths: Sequence[str | os.PathLike[str]], *, table: SourceTable
 
 def by_time(chunks: Iterable[Columns]) -> Iterator[Columns]:
     """One file's chunks keyed by time (TS §5.8): a row's key becomes the latest time its
-    file has shown up to it (the running maximum of starts; a row without one, such as a
-    leave, keeps the key before it). Keys never decrease, so the merge takes the next row
-    from the file furthest behind, and a late row stays where its file put it."""
+    file has shown up to it (``time_keys``). Keys never decrease, so the merge takes the next
+    row from the file furthest behind, and a late row stays where its file put it."""
     high = np.iinfo(np.int64).min
     for chunk in chunks:
         if len(chunk):
-            times = np.where(timed(chunk.kind), chunk.start, high)
-            times[0] = max(int(times[0]), high)
-            chunk.key = np.maximum.accumulate(times)
-            high = int(chunk.key[-1])
+            chunk.key, high = time_keys(chunk, high)
         yield chunk
+
+
+def time_keys(chunk: Columns, high: int) -> tuple[np.ndarray, int]:
+    """TS §5.8's keys of a file's next ``chunk`` (not empty): the running maximum of its
+    starts from ``high``, the latest time the file showed before it (a row without a time,
+    such as a leave, keeps the key before it); and the ``high`` after it."""
+    times = np.where(timed(chunk.kind), chunk.start, high)
+    times[0] = max(int(times[0]), high)  # the running maximum starts from high
+    keys = np.maximum.accumulate(times)
+    return keys, int(keys[-1])
 
 
 def _check_modes(readers: list[_FileReader]) -> None:

@@ -199,7 +199,8 @@ def read_file_batches(log: LogPath, index: int, part: int | None, options: dict,
     import pyarrow as pa
 
     from eventlog import JOIN, KIND_NAMES, LEAVE, SourceTable, read_columns
-    from eventlog.format import END, START, timed
+    from eventlog.format import END, START
+    from eventlog.merge import time_keys
 
     schema = _arrow_schema()
     by_time = options.get("merge") == "time"  # a whole file (``plan_splits`` keeps it so)
@@ -227,9 +228,7 @@ def read_file_batches(log: LogPath, index: int, part: int | None, options: dict,
             if part is not None:
                 order_key = (np.int64(part) << np.int64(_PART_SHIFT)) + chunk.line
             elif by_time:  # TS §5.8: the latest time the file has shown up to the row
-                shown = np.where(timed(chunk.kind), chunk.start, high)
-                order_key = np.maximum.accumulate(np.maximum(shown, high))
-                high = int(order_key[-1])
+                order_key, high = time_keys(chunk, high)
             else:
                 order_key = key
             if chunk.ids is None:
