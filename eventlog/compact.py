@@ -69,7 +69,20 @@ def compacted(block: Block) -> Block | None:
     """``block`` (a JSON Lines block, as ``flat_columns`` takes it) with the whitespace
     outside strings removed, in a new buffer with ``PAD`` spare bytes; ``None`` when there is
     none to remove, or the block holds a backslash (an escaped quote would break the quote
-    parity: the object path reads it), or removing it would join two tokens."""
+    parity: the object path reads it), or removing it would join two tokens.
+
+    The scanners tried one after another on a block (``eventlog.fast``) ask for it in turn:
+    the thread's last answer is kept with its block (one block and its compaction, at most),
+    so a block is compacted once."""
+    last = getattr(_LOCAL, "last", None)
+    if last is not None and last[0] is block:
+        return last[1]
+    squeezed = _compacted(block)
+    _LOCAL.last = (block, squeezed)
+    return squeezed
+
+
+def _compacted(block: Block) -> Block | None:
     raw, size = block.data, block.size
     if not size or raw.find(b"\\", 0, size) >= 0:
         return None
